@@ -1,0 +1,3 @@
+from envbuilder.cli import main
+
+main()

@@ -1,0 +1,272 @@
+"""Every failure envbuilder reports, one class each, with its own exit code.
+
+A user sees one line of cause and one line of fix, never a traceback. Exit codes
+are grouped by pipeline stage so scripts can tell "my input was wrong" from
+"the network failed" without parsing text:
+
+    2      usage (click)                  30-39  image build
+    10-19  matrix, resolve, lock          40-49  export / inspect
+    20-29  host detection, check-parallel 50-59  certify
+    70     internal error (a bug)         130    interrupted
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class EnvbuilderError(Exception):
+    """Base class: a cause (one line) and a suggested fix (one line)."""
+
+    exit_code: ClassVar[int] = 1
+    #: short machine-readable name used in --json output
+    kind: ClassVar[str] = "error"
+
+    def __init__(self, cause: str, fix: str | None = None, **details: Any) -> None:
+        super().__init__(cause)
+        self.cause = cause
+        self.fix = fix
+        self.details = details
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "error": self.kind,
+            "exit_code": self.exit_code,
+            "cause": self.cause,
+            "fix": self.fix,
+        }
+        if self.details:
+            out["details"] = self.details
+        return out
+
+
+# --- 10-19: matrix, resolve, lock -------------------------------------------------
+
+
+class UnknownTagError(EnvbuilderError):
+    """The --nemo tag is not a row of the matrix."""
+
+    exit_code = 10
+    kind = "unknown-tag"
+
+
+class MatrixFileError(EnvbuilderError):
+    """A matrix TOML file is malformed or fails the schema (file, line, field)."""
+
+    exit_code = 11
+    kind = "matrix-file"
+
+
+class ResolveConflictError(EnvbuilderError):
+    """Two constraints cannot both hold; the message names both sides and a fix."""
+
+    exit_code = 12
+    kind = "conflict"
+
+
+class UnknownPackageError(EnvbuilderError):
+    """A --set names a package the matrix does not manage."""
+
+    exit_code = 13
+    kind = "unknown-package"
+
+
+class UvError(EnvbuilderError):
+    """`uv lock` (or another uv call) failed for a reason other than the network."""
+
+    exit_code = 14
+    kind = "uv-failed"
+
+
+class NetworkError(EnvbuilderError):
+    """A package index or git host could not be reached."""
+
+    exit_code = 15
+    kind = "network"
+
+
+class LockOutOfDateError(EnvbuilderError):
+    """`lock --check`: the lock directory would change."""
+
+    exit_code = 16
+    kind = "lock-out-of-date"
+
+
+class PlatformWheelError(EnvbuilderError):
+    """A locked package has no installable file for the target platform and no known fix."""
+
+    exit_code = 17
+    kind = "no-wheel-for-target"
+
+
+class InvalidOptionError(EnvbuilderError):
+    """An option value is malformed (bad version, bad --set syntax, bad path)."""
+
+    exit_code = 18
+    kind = "invalid-option"
+
+
+class LockDirError(EnvbuilderError):
+    """A lock directory is missing files, or its record does not match its contents."""
+
+    exit_code = 19
+    kind = "lock-dir"
+
+
+# --- 20-29: host detection, check-parallel ----------------------------------------
+
+
+class HostDetectionError(EnvbuilderError):
+    """The host could not be read (used only when detection was explicitly demanded)."""
+
+    exit_code = 20
+    kind = "host-detection"
+
+
+class ParallelLayoutError(EnvbuilderError):
+    """check-parallel: the layout breaks at least one rule and cannot run."""
+
+    exit_code = 21
+    kind = "parallel-layout"
+
+
+class InvalidLayoutInputError(EnvbuilderError):
+    """check-parallel: impossible input values (0 GPUs, negative sizes)."""
+
+    exit_code = 22
+    kind = "invalid-layout-input"
+
+
+class UnknownRecipeError(EnvbuilderError):
+    """check-parallel: --from-nemo-recipe names no built-in recipe."""
+
+    exit_code = 23
+    kind = "unknown-recipe"
+
+
+# --- 30-39: image build -------------------------------------------------------------
+
+
+class DockerUnavailableError(EnvbuilderError):
+    """No Docker daemon answers."""
+
+    exit_code = 30
+    kind = "docker-unavailable"
+
+
+class BaseImageMissingError(EnvbuilderError):
+    """The base image is neither local nor pullable."""
+
+    exit_code = 31
+    kind = "base-image-missing"
+
+
+class BuildFailedError(EnvbuilderError):
+    """A Dockerfile step failed; details carry the step and the log tail."""
+
+    exit_code = 32
+    kind = "build-failed"
+
+
+class SecretSpecError(EnvbuilderError):
+    """A --secret or --ca-bundle value is malformed or unreadable."""
+
+    exit_code = 33
+    kind = "secret-spec"
+
+
+class SecretLeakError(EnvbuilderError):
+    """A secret value was found inside an image layer."""
+
+    exit_code = 34
+    kind = "secret-leak"
+
+
+# --- 40-49: export / inspect ----------------------------------------------------
+
+
+class ImageNotFoundError(EnvbuilderError):
+    """export: the image is not in the local engine."""
+
+    exit_code = 40
+    kind = "image-not-found"
+
+
+class OutputPathError(EnvbuilderError):
+    """The output path cannot be written (missing dir, permissions)."""
+
+    exit_code = 41
+    kind = "output-path"
+
+
+class DiskFullError(EnvbuilderError):
+    """The output filesystem ran out of space; nothing partial was left."""
+
+    exit_code = 42
+    kind = "disk-full"
+
+
+class ExportInterruptedError(EnvbuilderError):
+    """The export was interrupted; the partial file was removed."""
+
+    exit_code = 43
+    kind = "export-interrupted"
+
+
+class ArtifactCorruptError(EnvbuilderError):
+    """inspect: the file is truncated or fails structural checks."""
+
+    exit_code = 44
+    kind = "artifact-corrupt"
+
+
+class ToolMissingError(EnvbuilderError):
+    """A required external tool (mksquashfs, unsquashfs, apptainer...) is not on PATH."""
+
+    exit_code = 45
+    kind = "tool-missing"
+
+
+# --- 50-59: certify -------------------------------------------------------------
+
+
+class CertificationFailedError(EnvbuilderError):
+    """At least one certification check failed."""
+
+    exit_code = 50
+    kind = "certification-failed"
+
+
+class CertificateMismatchError(EnvbuilderError):
+    """verify-cert: the certificate belongs to another lock or artifact, or is altered."""
+
+    exit_code = 51
+    kind = "certificate-mismatch"
+
+
+class CertifyEnvironmentError(EnvbuilderError):
+    """certify: the target environment cannot be started (no GPUs, runtime missing)."""
+
+    exit_code = 52
+    kind = "certify-environment"
+
+
+# --- helpers ----------------------------------------------------------------------
+
+
+class InternalError(EnvbuilderError):
+    """A bug in envbuilder: anything not anticipated above."""
+
+    exit_code = 70
+    kind = "internal"
+
+
+def all_error_classes() -> list[type[EnvbuilderError]]:
+    """Every concrete error class (used by a test that keeps exit codes distinct)."""
+    seen: list[type[EnvbuilderError]] = []
+    stack: list[type[EnvbuilderError]] = list(EnvbuilderError.__subclasses__())
+    while stack:
+        cls = stack.pop()
+        seen.append(cls)
+        stack.extend(cls.__subclasses__())
+    return sorted(seen, key=lambda c: c.exit_code)

@@ -1,0 +1,56 @@
+"""Turn a raw failure log (uv, docker build, certify) into advice, cibuildwheel-style.
+
+Patterns are data: each is (regex, cause, fix). The first match wins, so put the
+most specific first.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Advice:
+    cause: str
+    fix: str
+
+
+_PATTERNS: list[tuple[str, str, str]] = [
+    # network
+    (r"dns error|Name or service not known|failed to lookup address|Temporary failure in name resolution",
+     "a package index or git host could not be resolved (DNS)",
+     "check network access or set UV_INDEX_URL to a reachable mirror; git sources need the git host"),
+    (r"invalid peer certificate|UnknownIssuer|certificate verify failed|CERTIFICATE_VERIFY_FAILED",
+     "TLS verification failed: a proxy is probably re-signing traffic with its own CA",
+     "pass the proxy CA with --ca-bundle FILE (envbuilder sets SSL_CERT_FILE for uv and builds)"),
+    (r"Connection refused|connect error|timed out|Connection reset",
+     "a package index could not be reached",
+     "retry, or point UV_INDEX_URL / HTTPS_PROXY at a reachable mirror"),
+    # builds
+    (r"No module named 'torch'",
+     "a torch-dependent sdist was built in an isolated environment without torch",
+     "list it under [tool.uv] no-build-isolation-package and install stage 1 first"),
+    (r"No module named 'packaging'|No module named 'ninja'|No module named 'psutil'",
+     "a no-build-isolation sdist is missing a build dependency in stage 1",
+     "add the missing module to stage 1 (the build_requires of matrices/build_packages.toml)"),
+    (r"undefined symbol",
+     "a compiled extension does not match the torch it was loaded with (ABI mismatch)",
+     "rebuild the kernel packages against the locked torch (uv sync --extra compile --reinstall)"),
+    (r"no kernel image is available for execution on the device",
+     "the kernels were not compiled for this GPU's architecture",
+     "add the GPU's sm to --arch-list and rebuild"),
+    (r"Killed|signal 9|out of memory|Cannot allocate memory|cc1plus: fatal error",
+     "the compiler ran out of memory (flash-attn and mamba-ssm need several GB per job)",
+     "lower --jobs (MAX_JOBS) or give the build more memory"),
+    (r"manylinux_2_(\d+)",
+     "a wheel needs a newer glibc than the target base image has",
+     "pin the package below the release that raised its manylinux tag, or use a newer base OS"),
+]
+
+
+def troubleshoot(log: str) -> Advice | None:
+    for pattern, cause, fix in _PATTERNS:
+        if re.search(pattern, log):
+            return Advice(cause, fix)
+    return None

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs and starts what the integration tests need on a fresh Debian/Ubuntu machine:
+# a Docker engine (Debian's docker.io, whose own CLI at /usr/bin/docker has BuildKit built in),
+# mmdebstrap (to bootstrap a base rootfs: no image registry is reachable), squashfs-tools,
+# and Go with the Sylabs SIF reference library (to read back the SIF files we write).
+# Idempotent: installs only what is missing, starts dockerd only when none answers.
+set -euo pipefail
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then
+  if command -v sudo >/dev/null; then SUDO="sudo"; else
+    echo "setup-host: need root (or sudo) to install packages" >&2; exit 1; fi
+fi
+
+need=()
+[ -x /usr/bin/dockerd ] || need+=(docker.io)
+command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
+command -v mksquashfs >/dev/null || need+=(squashfs-tools)
+command -v go >/dev/null || need+=(golang-go)
+[ -d /usr/share/gocode/src/github.com/sylabs/sif ] || need+=(golang-github-sylabs-sif-dev)
+if [ "${#need[@]}" -gt 0 ]; then
+  echo "setup-host: installing ${need[*]}" >&2
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+if ! /usr/bin/docker info >/dev/null 2>&1; then
+  echo "setup-host: starting dockerd" >&2
+  $SUDO sh -c 'nohup dockerd >/var/log/envbuilder-dockerd.log 2>&1 &'
+  for _ in $(seq 1 60); do
+    /usr/bin/docker info >/dev/null 2>&1 && break
+    sleep 1
+  done
+  /usr/bin/docker info >/dev/null 2>&1 || { echo "setup-host: dockerd did not start; see /var/log/envbuilder-dockerd.log" >&2; exit 1; }
+fi
+echo "setup-host: ready (docker $(/usr/bin/docker version --format '{{.Server.Version}}'))" >&2
