@@ -1,0 +1,77 @@
+"""`envbuilder lock`: resolve, render the two-stage pyproject, run uv lock, write the record."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from envbuilder.console import emit_json, stderr_console
+from envbuilder.lock import LockOptions, run_lock
+from envbuilder.matrix import load_matrix
+from envbuilder.resolve import ResolveRequest, parse_set
+from envbuilder.resolve.host import host_facts
+
+
+@click.command()
+@click.option("--nemo", required=True, help="NeMo release tag (a matrix row), e.g. v2.3.0.")
+@click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
+              help="Lock directory to write (default: build/<tag>).")
+@click.option("--python", default=None, help="Target Python MAJOR.MINOR (default: newest the row allows).")
+@click.option("--cuda", default=None, help="CUDA major.minor (default: the row's).")
+@click.option("--torch", default=None, help="torch version (default: the row's).")
+@click.option("--torch-index", type=click.Choice(["pypi", "pytorch"]), default="pypi", show_default=True,
+              help="pypi: PyPI's torch wheel when it has the row's CUDA major; pytorch: the exact CUDA variant "
+                   "from download.pytorch.org.")
+@click.option("--driver", default=None, help="Target NVIDIA driver (default: detected host, if any).")
+@click.option("--gpu", default=None, help="Target GPU model, e.g. H100 (default: detected host, if any).")
+@click.option("--sm", default=None, help="Target compute capability, e.g. 9.0.")
+@click.option("--no-detect", is_flag=True, help="Do not read the local host through NVML.")
+@click.option("--set", "sets", multiple=True, metavar="NAME==VERSION",
+              help="Override a component's version (NAME==none leaves it out). Repeatable.")
+@click.option("--source", type=click.Choice(["pypi", "git"]), default="pypi", show_default=True,
+              help="git renders [tool.uv.sources] git tags for NeMo, NeMo-Run, Megatron-LM, mamba, causal-conv1d.")
+@click.option("--mode", type=click.Choice(["hermetic", "ngc-base"]), default="hermetic", show_default=True)
+@click.option("--glibc", default="2.35", show_default=True,
+              help="glibc of the target base OS (2.35 Ubuntu 22.04, 2.36 Debian 12, 2.39 Ubuntu 24.04).")
+@click.option("--allow-minor-compat", is_flag=True,
+              help="Accept a driver older than the CUDA minimum when CUDA minor-version compatibility covers it.")
+@click.option("--find-links", multiple=True, type=click.Path(path_type=Path),
+              help="Directory of local wheels; a wheel matching a stage-1 pin is copied into the lock dir.")
+@click.option("--ca-bundle", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
+              help="CA bundle for a TLS-intercepting proxy (default: SSL_CERT_FILE when set).")
+@click.option("--check", is_flag=True, help="Exit 16 if re-locking would change the lock directory; write nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the lock record as JSON on stdout.")
+def lock(nemo: str, output: Path | None, python: str | None, cuda: str | None, torch: str | None,
+         torch_index: str, driver: str | None, gpu: str | None, sm: str | None, no_detect: bool,
+         sets: tuple[str, ...], source: str, mode: str, glibc: str, allow_minor_compat: bool,
+         find_links: tuple[Path, ...], ca_bundle: Path | None, check: bool, as_json: bool) -> None:
+    """Lock a NeMo stack: pyproject.toml + uv.lock + envbuilder.lock.json."""
+    console = stderr_console()
+    matrix = load_matrix()
+    host = host_facts(matrix, driver=driver, gpu=gpu, sm=sm, detect=not no_detect)
+    req = ResolveRequest(nemo=nemo, python=python, cuda=cuda, torch=torch, torch_index=torch_index,
+                         overrides=parse_set(sets), source=source, mode=mode, glibc=glibc, host=host,
+                         allow_minor_compat=allow_minor_compat)
+    out = output or Path("build") / nemo
+    opts = LockOptions(output=out, check=check, ca_bundle=ca_bundle, find_links=list(find_links))
+    with console.status(f"locking nemo {nemo}") as status:
+
+        def progress(msg: str) -> None:
+            status.update(msg)
+            console.print(msg)
+
+        result = run_lock(matrix, req, opts, progress=progress)
+    rec = result.record
+    if check:
+        console.print(f"[green]{out} is up to date[/green] (uv.lock sha256 {rec['lock_sha256'][:12]})")
+    else:
+        verb = "wrote" if result.changed else "unchanged"
+        console.print(f"[green]{verb}[/green] {out}: {len(rec['pins'])} pins, python {rec['target']['python']}, "
+                      f"cuda {rec['target']['cuda']}, uv.lock sha256 {rec['lock_sha256'][:12]} "
+                      f"(uv lock {result.timings.get('uv_lock', 0):.1f}s, total {result.timings['total']:.1f}s)")
+        for c in rec["constraints_added"]:
+            console.print(f"added constraint {c['constraint']}: {c['reason']}")
+    if as_json:
+        emit_json({"record": rec, "changed": result.changed, "output": str(out),
+                   "timings": {k: round(v, 3) for k, v in sorted(result.timings.items())}})

@@ -1,0 +1,6 @@
+"""Lock: run the real uv lock on the rendered pyproject and write envbuilder.lock.json."""
+
+from envbuilder.lock.pipeline import LockOptions, LockResult, run_lock
+from envbuilder.lock.record import read_record
+
+__all__ = ["LockOptions", "LockResult", "read_record", "run_lock"]

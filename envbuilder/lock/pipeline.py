@@ -1,0 +1,178 @@
+"""The lock pipeline: resolve -> render -> uv lock -> platform check (-> fix, re-lock) -> record.
+
+Everything happens in a staging directory beside the output; the output directory is
+replaced only at the very end, in one atomic swap, so a failed or interrupted lock
+leaves an existing lock directory exactly as it was.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.version import Version
+
+from envbuilder.atomic import promote_dir, staging_dir, write_atomic
+from envbuilder.errors import LockOutOfDateError, NetworkError, OutputPathError, PlatformWheelError
+from envbuilder.lock.platform import check_platform, fetch_release_files, find_constraint, target_tags
+from envbuilder.lock.record import RECORD_NAME, build_record, dumps_record
+from envbuilder.lock.uvlock import read_uv_lock
+from envbuilder.lock.uvrun import run_uv_lock, uv_version
+from envbuilder.matrix.model import Matrix
+from envbuilder.render.pyproject import render_pyproject
+from envbuilder.resolve.request import ResolveRequest
+from envbuilder.resolve.resolver import Resolution, resolve
+
+Progress = Callable[[str], None]
+MAX_FIX_ROUNDS = 3
+
+
+@dataclass
+class LockOptions:
+    output: Path
+    check: bool = False
+    ca_bundle: Path | None = None
+    find_links: list[Path] = field(default_factory=list)
+
+
+@dataclass
+class LockResult:
+    record: dict[str, Any]
+    resolution: Resolution
+    changed: bool
+    output: Path
+    timings: dict[str, float]
+    uv_log: str = ""
+
+
+def find_local_wheels(res: Resolution, dirs: list[Path]) -> dict[str, Path]:
+    """Wheels in --find-links dirs that satisfy a stage-1 pin on the target platform."""
+    tags = target_tags(res.python, res.glibc)
+    found: dict[str, Path] = {}
+    for d in dirs:
+        if not d.is_dir():
+            continue
+        for whl in sorted(d.glob("*.whl")):
+            try:
+                name, version, _, wtags = parse_wheel_filename(whl.name)
+            except InvalidWheelFilename:
+                continue
+            pin = res.pins.get(str(name))
+            if pin and pin.stage == 1 and version.public == Version(pin.version).public and wtags & tags:
+                found.setdefault(pin.name, whl)
+    return found
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def _same_contents(a: Path, b: Path, names: list[str]) -> bool:
+    for n in names:
+        fa, fb = a / n, b / n
+        if not fa.exists() or not fb.exists() or fa.read_bytes() != fb.read_bytes():
+            return False
+    return True
+
+
+def _fix_platform(staging: Path, res: Resolution, ca_bundle: Path | None, progress: Progress
+                  ) -> list[dict[str, str]]:
+    """Find constraints for packages that cannot install on the target; [] when all is well."""
+    problems = check_platform(read_uv_lock(staging / "uv.lock"), res.python, res.glibc)
+    added = []
+    for prob in problems:
+        if prob.kind != "glibc":
+            progress(f"warning: {prob.package} {prob.version}: {prob.detail}")
+            continue
+        try:
+            releases = fetch_release_files(prob.package, ca_bundle)
+        except OSError as exc:
+            raise NetworkError(f"cannot read {prob.package}'s release list to fix its platform problem: {exc}",
+                               "check network access, or add the constraint yourself with --set") from exc
+        constraint = find_constraint(prob, releases, res.python, res.glibc, res.exclude_newer)
+        if constraint is None:
+            raise PlatformWheelError(
+                f"{prob.package} {prob.version} cannot install on the target ({prob.detail}) and no older "
+                f"release can", f"use a base OS with a newer glibc (--glibc), or another --nemo row")
+        progress(f"{prob.package} {prob.version}: {prob.detail}; adding constraint {constraint}")
+        added.append({"package": prob.package, "constraint": constraint,
+                      "reason": f"{prob.package} {prob.version}: {prob.detail}"})
+    return added
+
+
+def run_lock(matrix: Matrix, req: ResolveRequest, opts: LockOptions, progress: Progress = lambda _: None
+             ) -> LockResult:
+    timings: dict[str, float] = {}
+    t0 = time.monotonic()
+    res = resolve(matrix, req)
+    timings["resolve"] = time.monotonic() - t0
+    for w in res.warnings:
+        progress(f"warning: {w}")
+
+    out = Path(opts.output)
+    if out.exists() and not out.is_dir():
+        raise OutputPathError(f"{out} exists and is not a directory", "choose another -o path")
+    if out.is_dir() and any(out.iterdir()) and not (out / RECORD_NAME).exists():
+        # the whole directory is swapped at the end: never swap away somebody else's files
+        raise OutputPathError(f"{out} is a non-empty directory that is not an envbuilder lock directory",
+                              "choose a new or empty -o path")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputPathError(f"cannot create {out.parent}: {exc.strerror}", "choose a writable -o path") from exc
+    if not os.access(out.parent, os.W_OK):
+        raise OutputPathError(f"{out.parent} is not writable", "choose a writable -o path")
+
+    with staging_dir(out) as staging:
+        local = find_local_wheels(res, opts.find_links)
+        local_rel: dict[str, str] = {}
+        for name, whl in sorted(local.items()):
+            rel = f"wheels/{whl.name}"
+            _link_or_copy(whl, staging / rel)
+            local_rel[name] = rel
+            progress(f"{name}: using local wheel {whl.name}")
+
+        constraints: list[dict[str, str]] = []
+        uv_log = ""
+        for round_ in range(MAX_FIX_ROUNDS + 1):
+            t = time.monotonic()
+            text = render_pyproject(res, matrix, [c["constraint"] for c in constraints], local_rel)
+            write_atomic(staging / "pyproject.toml", text)
+            timings["render"] = timings.get("render", 0.0) + time.monotonic() - t
+            progress("uv lock" + (f" (after {len(constraints)} platform fix(es))" if round_ else ""))
+            t = time.monotonic()
+            uv_log = run_uv_lock(staging, opts.ca_bundle)
+            timings["uv_lock"] = timings.get("uv_lock", 0.0) + time.monotonic() - t
+            t = time.monotonic()
+            new = _fix_platform(staging, res, opts.ca_bundle, progress)
+            timings["platform_check"] = timings.get("platform_check", 0.0) + time.monotonic() - t
+            if not new:
+                break
+            constraints += new
+        else:
+            raise PlatformWheelError("platform fixes did not converge after "
+                                     f"{MAX_FIX_ROUNDS} rounds", "lock with --glibc of a newer base OS")
+
+        record = build_record(res, req, staging, uv_version(), constraints, local_rel,
+                              [str(p) for p in opts.find_links if p.is_dir()])
+        write_atomic(staging / RECORD_NAME, dumps_record(record))
+        names = ["pyproject.toml", "uv.lock", RECORD_NAME, *local_rel.values()]
+        changed = not (out.is_dir() and _same_contents(staging, out, names))
+        if opts.check:
+            if changed:
+                raise LockOutOfDateError(f"{out} is out of date: re-locking would change it",
+                                         f"run: envbuilder lock --nemo {req.nemo} -o {out}")
+        elif changed:
+            promote_dir(staging, out)
+        timings["total"] = time.monotonic() - t0
+        return LockResult(record, res, changed, out, timings, uv_log)

@@ -1,0 +1,379 @@
+"""Load and validate the matrix TOML files.
+
+Validation is strict: a malformed file or a fact without a source is a MatrixFileError
+naming the file, the line and the field, so a bad edit never reaches a resolver.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from envbuilder.errors import MatrixFileError
+from envbuilder.matrix.model import (
+    NONE,
+    UNKNOWN,
+    BuildPackage,
+    CudaRelease,
+    Fact,
+    Gpu,
+    Location,
+    Matrix,
+    Note,
+    PythonRequirement,
+    Release,
+    TorchInfo,
+    TransformerEngineInfo,
+)
+from envbuilder.paths import matrices_dir
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+SCHEMA_VERSION = 1
+
+# Facts every release row must carry, with the check applied to known values.
+VERSION_FIELDS = (
+    "pypi_version", "torch", "transformer_engine", "flash_attn", "mamba_ssm", "causal_conv1d",
+    "megatron_core", "nemo_run", "lightning",
+)
+RELEASE_FACTS = (
+    "release_date", "pypi_version", "container", "python", "torch", "torch_cuda_variant", "cuda",
+    "cudnn", "transformer_engine", "flash_attn", "mamba_ssm", "causal_conv1d", "megatron_core",
+    "nemo_run", "lightning", "exclude_newer",
+)
+
+
+class _File:
+    """One TOML file's text and parsed data, with line lookup for error messages."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            self.text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise MatrixFileError(f"{path}: cannot read ({exc.strerror})", "check the matrices directory") from exc
+        try:
+            self.data: dict[str, Any] = tomllib.loads(self.text)
+        except tomllib.TOMLDecodeError as exc:
+            m = re.search(r"line (\d+)", str(exc))
+            line = m.group(1) if m else "?"
+            raise MatrixFileError(
+                f"{path}:{line}: not valid TOML ({exc})", "fix the TOML syntax at that line"
+            ) from exc
+        self._lines = self.text.splitlines()
+
+    def row_line(self, table: str, index: int) -> int:
+        """Line (1-based) of the index-th `[[table]]` header."""
+        seen = -1
+        for i, line in enumerate(self._lines):
+            if re.match(rf"\s*\[\[\s*{re.escape(table)}\s*\]\]", line):
+                seen += 1
+                if seen == index:
+                    return i + 1
+        return 1
+
+    def field_line(self, table: str, index: int, key: str) -> int:
+        start = self.row_line(table, index)
+        for i in range(start, len(self._lines)):
+            line = self._lines[i]
+            if re.match(r"\s*\[", line):
+                break
+            if re.match(rf"\s*{re.escape(key)}\s*=", line):
+                return i + 1
+        return start
+
+    def error(self, table: str, index: int, key: str | None, msg: str, fix: str) -> MatrixFileError:
+        line = self.field_line(table, index, key) if key else self.row_line(table, index)
+        where = f"{self.path.name}:{line}"
+        field = f" field '{key}'" if key else ""
+        return MatrixFileError(f"{where}: [[{table}]] #{index + 1}{field}: {msg}", fix,
+                               file=str(self.path), line=line, field=key)
+
+    def rows(self, table: str) -> list[dict[str, Any]]:
+        rows = self.data.get(table, [])
+        if not isinstance(rows, list):
+            raise MatrixFileError(f"{self.path.name}: '{table}' must be an array of tables ([[{table}]])",
+                                  f"write each row as [[{table}]]")
+        return rows
+
+
+# --- value checks -------------------------------------------------------------------
+
+
+def _check_version(v: Any) -> str | None:
+    try:
+        Version(str(v))
+    except InvalidVersion:
+        return f"'{v}' is not a PEP 440 version"
+    return None
+
+
+def _check_specifier(v: Any) -> str | None:
+    try:
+        SpecifierSet(str(v))
+    except InvalidSpecifier:
+        return f"'{v}' is not a PEP 440 specifier (like '>=3.10,<3.13')"
+    return None
+
+
+def _check_date(v: Any) -> str | None:
+    try:
+        datetime.fromisoformat(str(v).replace("Z", "+00:00"))
+    except ValueError:
+        return f"'{v}' is not an RFC 3339 date"
+    return None
+
+
+def _check_cuda(v: Any) -> str | None:
+    return None if re.fullmatch(r"\d+\.\d+", str(v)) else f"'{v}' is not a CUDA major.minor (like '12.8')"
+
+
+def _check_str(v: Any) -> str | None:
+    return None if isinstance(v, str) and v else "must be a non-empty string"
+
+
+def _check_list(v: Any) -> str | None:
+    return None if isinstance(v, list) else "must be a list"
+
+
+def _check_bool(v: Any) -> str | None:
+    return None if isinstance(v, bool) else "must be true or false"
+
+
+def _check_number(v: Any) -> str | None:
+    return None if isinstance(v, (int, float)) and not isinstance(v, bool) else "must be a number"
+
+
+def _check_sm(v: Any) -> str | None:
+    return None if re.fullmatch(r"\d+\.\d+", str(v)) else f"'{v}' is not a compute capability (like '9.0')"
+
+
+def _check_any(v: Any) -> str | None:
+    return None
+
+
+Check = Callable[[Any], "str | None"]
+
+RELEASE_CHECKS: dict[str, Check] = {f: _check_version for f in VERSION_FIELDS}
+RELEASE_CHECKS.update({
+    "release_date": _check_date, "exclude_newer": _check_date, "python": _check_specifier,
+    "cuda": _check_cuda, "container": _check_str, "torch_cuda_variant": _check_str, "cudnn": _check_str,
+})
+
+
+def _fact(f: _File, table: str, i: int, row: dict[str, Any], key: str, check: Check,
+          required: bool = True) -> Fact | None:
+    raw = row.get(key)
+    if raw is None:
+        if required:
+            raise f.error(table, i, None, f"missing fact '{key}'",
+                          f"add {key} = {{ value = \"...\", source = \"...\" }} (value \"unknown\" if unconfirmed)")
+        return None
+    if not isinstance(raw, dict) or "value" not in raw or "source" not in raw:
+        raise f.error(table, i, key, "must be a table { value = ..., source = ... }",
+                      "every fact cites its source: a URL or repo:path@tag")
+    value, source = raw["value"], raw["source"]
+    if not isinstance(source, str) or not source.strip():
+        raise f.error(table, i, key, "has an empty source", "cite a URL or repo:path@tag")
+    if value not in (UNKNOWN, NONE):
+        problem = check(value)
+        if problem:
+            raise f.error(table, i, key, problem, "write a valid value, or \"unknown\"")
+    return Fact(value, source)
+
+
+def _plain(f: _File, table: str, i: int, row: dict[str, Any], key: str, check: Check) -> Any:
+    if key not in row:
+        raise f.error(table, i, None, f"missing '{key}'", f"add {key} = ...")
+    problem = check(row[key])
+    if problem:
+        raise f.error(table, i, key, problem, "fix the value")
+    return row[key]
+
+
+# --- per-file loaders ----------------------------------------------------------------
+
+
+def _load_releases(f: _File) -> list[Release]:
+    out: list[Release] = []
+    for i, row in enumerate(f.rows("release")):
+        tag = _plain(f, "release", i, row, "nemo", _check_str)
+        facts: dict[str, Fact] = {}
+        for key in RELEASE_FACTS:
+            fact = _fact(f, "release", i, row, key, RELEASE_CHECKS.get(key, _check_any))
+            assert fact is not None
+            facts[key] = fact
+        notes = []
+        for n in row.get("notes", []):
+            if not isinstance(n, dict) or not n.get("text") or not n.get("source"):
+                raise f.error("release", i, "notes", "each note needs text and source",
+                              'write { severity = "warn", text = "...", source = "..." }')
+            notes.append(Note(str(n.get("severity", "info")), str(n["text"]), str(n["source"])))
+        env = row.get("stage2_env", {})
+        if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+            raise f.error("release", i, "stage2_env", "must be a table of string values", 'write { VAR = "value" }')
+        extra = row.get("stage1_extra", [])
+        if not isinstance(extra, list):
+            raise f.error("release", i, "stage1_extra", "must be a list of requirement strings", "fix the list")
+        out.append(Release(
+            nemo=tag, facts=facts, notes=tuple(notes), prefer=row.get("prefer"),
+            test_only=bool(row.get("test_only", False)), stage1_extra=tuple(str(x) for x in extra),
+            stage2_env=dict(env), location=Location(f.path.name, f.row_line("release", i)),
+        ))
+    return out
+
+
+def _load_cuda(f: _File) -> tuple[list[CudaRelease], dict[int, Fact], Note | None]:
+    releases = []
+    for i, row in enumerate(f.rows("release")):
+        fact = _fact(f, "release", i, row, "min_driver_linux", _check_version)
+        assert fact is not None
+        releases.append(CudaRelease(
+            cuda=_plain(f, "release", i, row, "cuda", _check_cuda),
+            version=str(_plain(f, "release", i, row, "version", _check_version)),
+            label=str(row.get("label", row.get("version"))), min_driver_linux=fact,
+        ))
+    minor: dict[int, Fact] = {}
+    for i, row in enumerate(f.rows("minor_compat")):
+        major = _plain(f, "minor_compat", i, row, "major", _check_number)
+        fact = _fact(f, "minor_compat", i, row, "min_driver", _check_version)
+        assert fact is not None
+        minor[int(major)] = fact
+    fwd = f.data.get("forward_compat")
+    note = None
+    if isinstance(fwd, dict) and fwd.get("text") and fwd.get("source"):
+        note = Note("info", str(fwd["text"]), str(fwd["source"]))
+    return releases, minor, note
+
+
+def _load_torch(f: _File) -> dict[str, TorchInfo]:
+    out = {}
+    for i, row in enumerate(f.rows("torch")):
+        version = str(_plain(f, "torch", i, row, "version", _check_version))
+        facts = {k: _fact(f, "torch", i, row, k, c) for k, c in (
+            ("cuda_variants", _check_list), ("pypi_default_variant", _check_str),
+            ("python", _check_specifier), ("cxx11_abi", _check_bool))}
+        out[version] = TorchInfo(version, **facts)  # type: ignore[arg-type]
+    return out
+
+
+def _load_te(f: _File) -> dict[str, TransformerEngineInfo]:
+    out = {}
+    for i, row in enumerate(f.rows("transformer_engine")):
+        version = str(_plain(f, "transformer_engine", i, row, "version", _check_version))
+        fa = _fact(f, "transformer_engine", i, row, "flash_attn", _check_specifier)
+        assert fa is not None
+        out[version] = TransformerEngineInfo(
+            version, fa,
+            _fact(f, "transformer_engine", i, row, "pypi_parts", _check_list, required=False),
+            _fact(f, "transformer_engine", i, row, "sdist_only_parts", _check_list, required=False),
+        )
+    return out
+
+
+BUILD_FACTS: dict[str, Check] = {
+    "sdist_only": _check_bool, "imports_torch_at_build": _check_bool, "force_build_env": _check_str,
+    "skip_cuda_build_env": _check_str, "prebuilt_wheel_url": _check_str, "requires_dist": _check_list,
+    "build_requires": _check_list, "min_sm": _check_sm,
+}
+
+
+def _load_build_packages(f: _File) -> dict[str, BuildPackage]:
+    out = {}
+    for i, row in enumerate(f.rows("package")):
+        name = str(_plain(f, "package", i, row, "name", _check_str))
+        facts = {}
+        for key, check in BUILD_FACTS.items():
+            fact = _fact(f, "package", i, row, key, check, required=key in ("requires_dist", "build_requires"))
+            if fact is not None:
+                facts[key] = fact
+        out[name] = BuildPackage(name, facts)
+    return out
+
+
+def _load_python_requirements(f: _File) -> list[PythonRequirement]:
+    out = []
+    for i, row in enumerate(f.rows("requirement")):
+        out.append(PythonRequirement(
+            package=str(_plain(f, "requirement", i, row, "package", _check_str)),
+            versions=str(_plain(f, "requirement", i, row, "versions", _check_specifier)),
+            python=str(_plain(f, "requirement", i, row, "python", _check_specifier)),
+            source=str(_plain(f, "requirement", i, row, "source", _check_str)),
+        ))
+    return out
+
+
+def _load_gpus(f: _File) -> list[Gpu]:
+    out = []
+    checks: dict[str, Check] = {"sm": _check_sm, "memory_gib": _check_number, "datacenter": _check_bool,
+                                "bf16_dense_tflops": _check_number}
+    for i, row in enumerate(f.rows("gpu")):
+        name = str(_plain(f, "gpu", i, row, "name", _check_str))
+        aliases = row.get("aliases", [])
+        if isinstance(aliases, dict):  # aliases written as a fact
+            aliases = aliases.get("value", [])
+        facts = {}
+        for key, check in checks.items():
+            fact = _fact(f, "gpu", i, row, key, check, required=key == "sm")
+            if fact is not None:
+                facts[key] = fact
+        out.append(Gpu(name, tuple(str(a) for a in aliases), facts))
+    return out
+
+
+def _schema_check(f: _File) -> None:
+    version = f.data.get("schema", SCHEMA_VERSION)
+    if version != SCHEMA_VERSION:
+        raise MatrixFileError(f"{f.path.name}: schema {version} is not supported (expected {SCHEMA_VERSION})",
+                              "upgrade envbuilder or convert the matrix file")
+
+
+def load_matrix(directory: Path | None = None) -> Matrix:
+    """Load every matrix file in `directory` (default: the repository's matrices/)."""
+    d = Path(directory) if directory else matrices_dir()
+    if not (d / "nemo.toml").exists() and not (d / "smoke.toml").exists():
+        raise MatrixFileError(f"{d}/nemo.toml not found", "set ENVBUILDER_MATRICES to a matrices directory")
+
+    def opt(name: str) -> _File | None:
+        p = d / name
+        if not p.exists():
+            return None
+        f = _File(p)
+        _schema_check(f)
+        return f
+
+    releases: list[Release] = []
+    for name in ("nemo.toml", "smoke.toml"):
+        f = opt(name)
+        if f:
+            releases.extend(_load_releases(f))
+    seen: set[str] = set()
+    for r in releases:
+        if r.nemo in seen:
+            raise MatrixFileError(f"{r.location}: duplicate release '{r.nemo}'", "keep one row per tag")
+        seen.add(r.nemo)
+    cuda_f = opt("cuda.toml")
+    cuda, minor, fwd = _load_cuda(cuda_f) if cuda_f else ([], {}, None)
+    torch_f, te_f = opt("torch.toml"), opt("transformer_engine.toml")
+    bp_f, pr_f, gpu_f = opt("build_packages.toml"), opt("python_requirements.toml"), opt("gpus.toml")
+    return Matrix(
+        releases=tuple(releases),
+        cuda_releases=tuple(cuda),
+        minor_compat=minor,
+        forward_compat=fwd,
+        torch=_load_torch(torch_f) if torch_f else {},
+        transformer_engine=_load_te(te_f) if te_f else {},
+        build_packages=_load_build_packages(bp_f) if bp_f else {},
+        python_requirements=tuple(_load_python_requirements(pr_f)) if pr_f else (),
+        gpus=tuple(_load_gpus(gpu_f)) if gpu_f else (),
+    )

@@ -1,0 +1,50 @@
+"""What the user asked for, with where each value came from."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from envbuilder.errors import InvalidOptionError
+from envbuilder.resolve.components import canonical
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """The target host as far as the resolver cares; `origin` is 'detected', 'planned' or 'none'."""
+
+    origin: str = "none"
+    driver: str | None = None
+    sm: str | None = None
+    gpu_name: str | None = None
+    gpu_count: int | None = None
+
+
+@dataclass(frozen=True)
+class ResolveRequest:
+    nemo: str
+    python: str | None = None
+    cuda: str | None = None
+    torch: str | None = None
+    torch_index: str = "pypi"  # "pypi" (PyPI's default variant) or "pytorch" (exact variant index)
+    overrides: tuple[tuple[str, str], ...] = ()
+    source: str = "pypi"
+    mode: str = "hermetic"
+    glibc: str = "2.35"
+    host: HostFacts = field(default_factory=HostFacts)
+    allow_minor_compat: bool = False
+
+
+_SET_RE = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*==\s*([A-Za-z0-9_.+!\-]+)\s*$")
+
+
+def parse_set(values: tuple[str, ...] | list[str]) -> tuple[tuple[str, str], ...]:
+    """Parse repeatable --set NAME==VERSION (VERSION 'none' drops the component)."""
+    out: dict[str, str] = {}
+    for raw in values:
+        m = _SET_RE.match(raw)
+        if not m:
+            raise InvalidOptionError(f"--set '{raw}' is not NAME==VERSION",
+                                     "write it like --set flash-attn==2.7.4.post1 (or NAME==none to drop it)")
+        out[canonical(m.group(1))] = m.group(2)
+    return tuple(sorted(out.items()))

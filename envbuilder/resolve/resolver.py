@@ -1,0 +1,383 @@
+"""Resolve a request against the matrix into one consistent set of pins.
+
+Pure: no network, no filesystem beyond the already-loaded Matrix. Every rule either
+passes, adds a warning, or raises ResolveConflictError naming both sides and a fix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from envbuilder.errors import InvalidOptionError, ResolveConflictError, UnknownPackageError, UnknownTagError
+from envbuilder.matrix.model import Fact, Matrix, Note, Release
+from envbuilder.resolve.components import BY_NAME, COMPONENTS, Component, te_parts
+from envbuilder.resolve.request import ResolveRequest
+
+PYTHON_CANDIDATES = ("3.10", "3.11", "3.12", "3.13")
+
+
+@dataclass(frozen=True)
+class Pin:
+    name: str
+    version: str
+    stage: int
+    provenance: str
+    git_url: str | None = None
+    git_tag: str | None = None
+
+
+@dataclass(frozen=True)
+class Resolution:
+    row: str
+    mode: str
+    source: str
+    python: str  # the target interpreter (major.minor)
+    requires_python: str
+    cuda: str | None
+    cudnn: str | None
+    torch_variant: str  # cu126, cu128, pypi, ...
+    torch_index: str | None  # explicit index URL for torch, None = PyPI
+    min_driver: str | None
+    glibc: str
+    container: str | None
+    exclude_newer: str
+    pins: dict[str, Pin]
+    omitted: dict[str, str]
+    stage1_extra: tuple[str, ...]
+    stage2_env: dict[str, str]
+    provenance: dict[str, str]  # provenance of non-pin choices (python, cuda, driver, sm ...)
+    warnings: tuple[str, ...] = ()
+    notes: tuple[Note, ...] = ()
+    sm: str | None = None
+    driver: str | None = None
+    host_origin: str = "none"
+    extra_fields: dict[str, str] = field(default_factory=dict)
+
+    def stage(self, n: int) -> list[Pin]:
+        return [p for _, p in sorted(self.pins.items()) if p.stage == n]
+
+
+def _v(s: str) -> Version:
+    return Version(s)
+
+
+def driver_tuple(s: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in s.split(".") if p.isdigit())
+
+
+def _prov(row: Release, fld: str) -> str:
+    loc = row.location.file if row.location else "nemo.toml"
+    return f"matrix:{loc}#{row.nemo}.{fld}"
+
+
+def _find_row(matrix: Matrix, tag: str) -> Release:
+    row = matrix.find_release(tag)
+    if row is None:
+        known = ", ".join(matrix.tags())
+        raise UnknownTagError(f"unknown NeMo tag '{tag}'; known tags: {known}",
+                              "pick one of the known tags (envbuilder matrix list)")
+    return row
+
+
+def _check_overrides(req: ResolveRequest) -> dict[str, str]:
+    out = {}
+    for name, version in req.overrides:
+        if name not in BY_NAME:
+            raise UnknownPackageError(
+                f"--set {name}: envbuilder does not manage '{name}'",
+                f"use one of: {', '.join(sorted(BY_NAME))}")
+        if version != "none":
+            try:
+                Version(version)
+            except InvalidVersion as exc:
+                raise InvalidOptionError(f"--set {name}=={version}: '{version}' is not a version",
+                                         "use a PEP 440 version, or 'none' to leave it out") from exc
+        out[name] = version
+    return out
+
+
+def _versions(row: Release, req: ResolveRequest, overrides: dict[str, str]
+              ) -> tuple[dict[str, tuple[str, str]], dict[str, str]]:
+    """Component -> (version, provenance); plus omitted components with the reason."""
+    chosen: dict[str, tuple[str, str]] = {}
+    omitted: dict[str, str] = {}
+    for comp in COMPONENTS:
+        if comp.name in overrides:
+            value, prov = overrides[comp.name], f"override:--set {comp.name}=={overrides[comp.name]}"
+        elif comp.name == "torch" and req.torch:
+            value, prov = req.torch, "cli:--torch"
+        else:
+            fact = row.fact(comp.field)
+            value, prov = str(fact.value), _prov(row, comp.field)
+        if value == "none":
+            omitted[comp.name] = f"not part of this profile ({prov})"
+        elif value == "unknown":
+            omitted[comp.name] = (f"version unknown in the matrix ({prov}); "
+                                  f"add it with --set {comp.name}==VERSION")
+        else:
+            chosen[comp.name] = (value, prov)
+    return chosen, omitted
+
+
+def _python_range(matrix: Matrix, row: Release, chosen: dict[str, tuple[str, str]]
+                  ) -> list[tuple[SpecifierSet, str]]:
+    """Every Python constraint in force, each with who imposes it."""
+    ranges: list[tuple[SpecifierSet, str]] = []
+    if row.python.known:
+        ranges.append((SpecifierSet(str(row.python.value)), f"nemo {row.nemo} ({row.python.source})"))
+    if "torch" in chosen:
+        info = matrix.torch.get(chosen["torch"][0])
+        if info is not None and info.python.known:
+            ranges.append((SpecifierSet(str(info.python.value)), f"torch {info.version}"))
+    for req in matrix.python_requirements:
+        if req.package in chosen and Version(chosen[req.package][0]) in SpecifierSet(req.versions):
+            ranges.append((SpecifierSet(req.python), f"{req.package} {chosen[req.package][0]}"))
+    return ranges
+
+
+def _choose_python(req: ResolveRequest, ranges: list[tuple[SpecifierSet, str]], row: Release
+                   ) -> tuple[str, str, str]:
+    """(target python, requires-python, provenance)."""
+    if req.python:
+        if not req.python.count(".") == 1 or not all(p.isdigit() for p in req.python.split(".")):
+            raise InvalidOptionError(f"--python {req.python}: expected MAJOR.MINOR like 3.12", "use --python 3.12")
+        pv = Version(req.python)
+        for spec, who in ranges:
+            if not spec.contains(pv):
+                ok = [p for p in PYTHON_CANDIDATES if all(s.contains(Version(p)) for s, _ in ranges)]
+                fix = f"use --python {ok[-1]}" if ok else "choose another --nemo row"
+                raise ResolveConflictError(
+                    f"Python {req.python} is outside {who}'s range ({spec})", fix)
+        return req.python, f"=={req.python}.*", "cli:--python"
+    allowed = [p for p in PYTHON_CANDIDATES if all(s.contains(Version(p)) for s, _ in ranges)]
+    if not allowed:
+        sides = "; ".join(f"{who}: {spec}" for spec, who in ranges)
+        raise ResolveConflictError(f"no Python version satisfies every component ({sides})",
+                                   "drop the --set that narrows Python, or choose another --nemo row")
+    lo, hi = allowed[0], allowed[-1]
+    hi_next = f"3.{int(hi.split('.')[1]) + 1}"
+    return hi, f">={lo},<{hi_next}", _prov(row, "python")
+
+
+def _choose_cuda(matrix: Matrix, req: ResolveRequest, row: Release, torch_version: str | None
+                 ) -> tuple[str | None, str, str | None, str, list[str]]:
+    """(cuda, cuda provenance, torch index url, torch variant, warnings)."""
+    warnings: list[str] = []
+    row_cuda = str(row.cuda.value) if row.cuda.known else None
+    cuda, cuda_prov = row_cuda, _prov(row, "cuda")
+    if req.cuda:
+        if req.mode == "ngc-base":
+            raise ResolveConflictError(
+                f"--cuda {req.cuda} conflicts with --mode ngc-base: the NGC container "
+                f"{row.container.value} fixes CUDA {row_cuda}",
+                "drop --cuda, or use --mode hermetic")
+        cuda, cuda_prov = req.cuda, "cli:--cuda"
+    info = matrix.torch.get(torch_version) if torch_version else None
+    row_variant = str(row.torch_cuda_variant.value) if row.torch_cuda_variant.known else None
+    if cuda is None or torch_version is None:
+        return cuda, cuda_prov, None, row_variant or "pypi", warnings
+    wanted = "cu" + cuda.replace(".", "")
+    if req.cuda is None and row_variant:
+        wanted = row_variant
+    if info is None or not info.cuda_variants.known:
+        warnings.append(f"torch {torch_version} is not in matrices/torch.toml: CUDA variant {wanted} unchecked")
+        return cuda, cuda_prov, None, wanted, warnings
+    variants = [str(v) for v in info.cuda_variants.value]
+    if wanted not in variants:
+        raise ResolveConflictError(
+            f"torch {torch_version} ships no wheel for CUDA {cuda} ({wanted}); its variants: {', '.join(variants)}",
+            f"use --cuda {_variant_to_cuda(variants[-1])} or a --torch that ships {wanted}")
+    default = str(info.pypi_default_variant.value) if info.pypi_default_variant.known else None
+    if wanted == default:
+        return cuda, cuda_prov, None, wanted, warnings
+    explicit = req.torch_index == "pytorch" or req.cuda is not None
+    if default and not explicit and default[:4] == wanted[:4]:
+        # Same CUDA major: PyPI's wheel runs under minor-version compatibility, and PyPI is
+        # the one index every user can reach. --torch-index pytorch selects the exact variant.
+        warnings.append(
+            f"torch {torch_version} from PyPI is the {default} build, not {wanted}; same CUDA major, so it runs "
+            f"with the CUDA {cuda} toolkit used for stage 2 (use --torch-index pytorch for the exact {wanted} wheel)")
+        return cuda, cuda_prov, None, default, warnings
+    return cuda, cuda_prov, f"https://download.pytorch.org/whl/{wanted}", wanted, warnings
+
+
+def _variant_to_cuda(variant: str) -> str:
+    digits = variant.removeprefix("cu")
+    return f"{digits[:-1]}.{digits[-1]}" if digits.isdigit() and len(digits) >= 2 else variant
+
+
+def _check_driver(matrix: Matrix, req: ResolveRequest, row: Release, cuda: str | None
+                  ) -> tuple[str | None, list[str]]:
+    """Minimum driver for the CUDA in use; raises when the (given or detected) driver is older."""
+    warnings: list[str] = []
+    if cuda is None:
+        return None, warnings
+    fact = matrix.cuda_min_driver(cuda)
+    if fact is None or not fact.known:
+        warnings.append(f"minimum driver for CUDA {cuda} unknown (not in matrices/cuda.toml)")
+        return None, warnings
+    need = str(fact.value)
+    have = req.host.driver
+    if have is None:
+        return need, warnings
+    if driver_tuple(have) >= driver_tuple(need):
+        return need, warnings
+    major = int(cuda.split(".")[0])
+    floor = matrix.minor_compat.get(major)
+    where = "detected" if req.host.origin == "detected" else "given"
+    if req.allow_minor_compat and floor is not None and floor.known and \
+            driver_tuple(have) >= driver_tuple(str(floor.value)):
+        warnings.append(f"driver {have} < {need} for CUDA {cuda}: relying on CUDA minor-version compatibility "
+                        f"(>= {floor.value}); PTX JIT and newer-driver features are unavailable")
+        return need, warnings
+    raise ResolveConflictError(
+        f"driver {have} ({where}) < {need} needed by CUDA {cuda} (nemo {row.nemo})",
+        "upgrade the driver, use forward compatibility (data-center GPUs only), "
+        "or pass --allow-minor-compat / choose an older --nemo row")
+
+
+def _check_sm(matrix: Matrix, req: ResolveRequest, chosen: dict[str, tuple[str, str]]
+              ) -> tuple[str | None, list[str]]:
+    warnings: list[str] = []
+    sm = req.host.sm
+    label = req.host.gpu_name or (f"sm{sm.replace('.', '')}" if sm else None)
+    if sm is None:
+        return None, warnings
+    for name, (version, _) in sorted(chosen.items()):
+        pkg = matrix.build_packages.get(name)
+        fact = pkg.get("min_sm") if pkg else None
+        if fact is None or not fact.known:
+            continue
+        if Version(sm) < Version(str(fact.value)):
+            need = str(fact.value).replace(".", "")
+            raise ResolveConflictError(
+                f"{name} {version} needs sm{need}+, but {label} is sm{sm.replace('.', '')}",
+                f"leave it out with --set {name}==none, or target a newer GPU")
+    if "transformer-engine" in chosen and Version(sm) < Version("8.9"):
+        warnings.append(f"{label} (sm{sm.replace('.', '')}): TE FP8 needs sm89+; train in bf16")
+    return sm, warnings
+
+
+def _rows_accepting_flash(matrix: Matrix, flash: str) -> list[str]:
+    out = []
+    for r in matrix.releases:
+        if r.test_only or not r.transformer_engine.known:
+            continue
+        te = matrix.transformer_engine.get(str(r.transformer_engine.value))
+        if te is not None and te.flash_attn.known and Version(flash) in SpecifierSet(str(te.flash_attn.value)):
+            out.append(r.nemo)
+    return out
+
+
+def _check_flash_vs_te(matrix: Matrix, row: Release, chosen: dict[str, tuple[str, str]],
+                       overrides: dict[str, str]) -> list[str]:
+    if "flash-attn" not in chosen or "transformer-engine" not in chosen:
+        return []
+    flash, te_version = chosen["flash-attn"][0], chosen["transformer-engine"][0]
+    te = matrix.transformer_engine.get(te_version)
+    if te is None or not te.flash_attn.known:
+        return [f"transformer-engine {te_version}: accepted flash-attn range unknown; flash-attn {flash} unchecked"]
+    spec = SpecifierSet(str(te.flash_attn.value))
+    if Version(flash) in spec:
+        return []
+    rows = _rows_accepting_flash(matrix, flash)
+    blame = "--set flash-attn" if "flash-attn" in overrides else (
+        "--set transformer-engine" if "transformer-engine" in overrides else f"matrix row {row.nemo}")
+    fix = f"drop {blame}" + (f" or use --nemo {rows[-1]}" if rows else "")
+    raise ResolveConflictError(
+        f"flash-attn {flash} is outside transformer-engine {te_version}'s accepted range ({spec})", fix)
+
+
+def _check_mode(req: ResolveRequest, row: Release) -> None:
+    if req.mode not in ("hermetic", "ngc-base"):
+        raise InvalidOptionError(f"--mode {req.mode}: unknown mode", "use --mode hermetic or --mode ngc-base")
+    if req.source not in ("pypi", "git"):
+        raise InvalidOptionError(f"--source {req.source}: unknown source", "use --source pypi or --source git")
+    if req.torch_index not in ("pypi", "pytorch"):
+        raise InvalidOptionError(f"--torch-index {req.torch_index}: unknown", "use pypi or pytorch")
+    if req.mode == "ngc-base":
+        if not row.container.known:
+            raise ResolveConflictError(
+                f"--mode ngc-base needs the NGC container of nemo {row.nemo}, which the matrix does not know",
+                "use --mode hermetic")
+        if req.torch:
+            raise ResolveConflictError(
+                f"--torch {req.torch} conflicts with --mode ngc-base, which keeps {row.container.value}'s torch",
+                "drop --torch, or use --mode hermetic")
+
+
+def _build_env(matrix: Matrix, row: Release, stage2: list[str]) -> dict[str, str]:
+    env = dict(row.stage2_env)
+    return dict(sorted(env.items()))
+
+
+def resolve(matrix: Matrix, req: ResolveRequest) -> Resolution:
+    row = _find_row(matrix, req.nemo)
+    _check_mode(req, row)
+    overrides = _check_overrides(req)
+    if req.torch and "torch" in overrides:
+        raise InvalidOptionError("--torch and --set torch==... both given", "use one of them")
+    chosen, omitted = _versions(row, req, overrides)
+    warnings: list[str] = []
+    provenance: dict[str, str] = {}
+
+    ranges = _python_range(matrix, row, chosen)
+    python, requires_python, provenance["python"] = _choose_python(req, ranges, row)
+
+    torch_version = chosen.get("torch", (None, ""))[0]
+    cuda, provenance["cuda"], torch_index, variant, w = _choose_cuda(matrix, req, row, torch_version)
+    warnings += w
+    if torch_version:
+        info = matrix.torch.get(torch_version)
+        if info is not None and info.python.known and Version(python) not in SpecifierSet(str(info.python.value)):
+            raise ResolveConflictError(f"torch {torch_version} supports Python {info.python.value}, not {python}",
+                                       "choose another --python or --torch")
+
+    min_driver, w = _check_driver(matrix, req, row, cuda)
+    warnings += w
+    if req.host.driver:
+        provenance["driver"] = f"host:{req.host.origin}"
+    sm, w = _check_sm(matrix, req, chosen)
+    warnings += w
+    if sm:
+        provenance["sm"] = f"host:{req.host.origin}"
+    warnings += _check_flash_vs_te(matrix, row, chosen, overrides)
+
+    cuda_major = int(cuda.split(".")[0]) if cuda else None
+    pins: dict[str, Pin] = {}
+    for name, (version, prov) in chosen.items():
+        comp: Component = BY_NAME[name]
+        if req.mode == "ngc-base" and name == "torch":
+            omitted["torch"] = f"kept from {row.container.value} (override-dependencies)"
+            continue
+        names = te_parts(cuda_major) if name == "transformer-engine" else [name]
+        for part in names:
+            git_url = git_tag = None
+            if req.source == "git" and comp.git_url and comp.git_tag:
+                git_url, git_tag = comp.git_url, comp.git_tag.format(version=version)
+            pins[part] = Pin(part, version, comp.stage, prov, git_url, git_tag)
+
+    stage2 = sorted(p.name for p in pins.values() if p.stage == 2)
+    for note in row.notes:
+        if note.severity == "warn":
+            warnings.append(note.text)
+    if row.prefer:
+        warnings.append(f"nemo {row.nemo} is superseded: prefer --nemo {row.prefer}")
+
+    return Resolution(
+        row=row.nemo, mode=req.mode, source=req.source, python=python, requires_python=requires_python,
+        cuda=cuda, cudnn=str(row.cudnn.value) if row.cudnn.known else None, torch_variant=variant,
+        torch_index=torch_index, min_driver=min_driver, glibc=req.glibc,
+        container=str(row.container.value) if row.container.known else None,
+        exclude_newer=str(row.exclude_newer.value), pins=dict(sorted(pins.items())), omitted=dict(sorted(omitted.items())),
+        stage1_extra=row.stage1_extra, stage2_env=_build_env(matrix, row, stage2),
+        provenance=dict(sorted(provenance.items())), warnings=tuple(warnings), notes=row.notes,
+        sm=sm, driver=req.host.driver, host_origin=req.host.origin,
+    )
+
+
+def fact_or_none(f: Fact | None) -> str | None:
+    return str(f.value) if f is not None and f.known else None
