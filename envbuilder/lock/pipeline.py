@@ -103,7 +103,7 @@ def _fix_platform(staging: Path, res: Resolution, ca_bundle: Path | None, progre
         if constraint is None:
             raise PlatformWheelError(
                 f"{prob.package} {prob.version} cannot install on the target ({prob.detail}) and no older "
-                f"release can", f"use a base OS with a newer glibc (--glibc), or another --nemo row")
+                f"release can", "use a base OS with a newer glibc (--glibc), or another --nemo row")
         progress(f"{prob.package} {prob.version}: {prob.detail}; adding constraint {constraint}")
         added.append({"package": prob.package, "constraint": constraint,
                       "reason": f"{prob.package} {prob.version}: {prob.detail}"})

@@ -88,7 +88,7 @@ def fetch_release_files(package: str, ca_bundle: Path | None = None,
                         index_json: str = "https://pypi.org/pypi/{name}/json") -> dict[str, list[dict[str, str]]]:
     """version -> [{filename, upload_time}] from the index's JSON API."""
     url = index_json.format(name=package)
-    with urllib.request.urlopen(url, timeout=60, context=_ssl_context(ca_bundle)) as resp:  # noqa: S310
+    with urllib.request.urlopen(url, timeout=60, context=_ssl_context(ca_bundle)) as resp:
         data = json.load(resp)
     return {v: [{"filename": f["filename"], "upload_time": f.get("upload_time", "")} for f in files]
             for v, files in data.get("releases", {}).items()}

@@ -90,7 +90,8 @@ def read_record(lockdir: Path, verify: bool = True) -> dict[str, Any]:
     lockdir = Path(lockdir)
     path = lockdir / RECORD_NAME
     if not path.exists():
-        raise LockDirError(f"{lockdir} has no {RECORD_NAME}", f"create it with: envbuilder lock --nemo TAG -o {lockdir}")
+        raise LockDirError(f"{lockdir} has no {RECORD_NAME}",
+                           f"create it with: envbuilder lock --nemo TAG -o {lockdir}")
     try:
         record: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:

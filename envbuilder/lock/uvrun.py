@@ -39,7 +39,9 @@ def uv_env(ca_bundle: Path | None) -> dict[str, str]:
 
 def run_uv_lock(project_dir: Path, ca_bundle: Path | None = None, extra: list[str] | None = None) -> str:
     """`uv lock` in project_dir; returns stderr (uv's log). Raises NetworkError / UvError."""
-    cmd = [uv_binary(), "lock", "--no-config", *(extra or [])]
+    # not --no-config: it also drops the project's own [tool.uv] table (exclude-newer,
+    # no-build-isolation-package), which silently changes the lock
+    cmd = [uv_binary(), "lock", *(extra or [])]
     try:
         proc = subprocess.run(cmd, cwd=project_dir, capture_output=True, text=True,
                               env=uv_env(ca_bundle), check=False)

@@ -19,7 +19,8 @@ COMPONENTS: tuple[Component, ...] = (
     Component("nemo-toolkit", "pypi_version", 1, "https://github.com/NVIDIA/NeMo.git", "v{version}"),
     Component("megatron-core", "megatron_core", 1, "https://github.com/NVIDIA/Megatron-LM.git", "core_v{version}"),
     Component("nemo-run", "nemo_run", 1, "https://github.com/NVIDIA/NeMo-Run.git", "v{version}"),
-    Component("pytorch-lightning", "lightning", 1),
+    # NeMo 2.x constrains the `lightning` distribution (not `pytorch-lightning`)
+    Component("lightning", "lightning", 1),
     # transformer-engine expands into its explicit parts (see te_parts)
     Component("transformer-engine", "transformer_engine", 2),
     Component("flash-attn", "flash_attn", 2),
@@ -28,7 +29,7 @@ COMPONENTS: tuple[Component, ...] = (
 )
 
 BY_NAME = {c.name: c for c in COMPONENTS}
-ALIASES = {"lightning": "pytorch-lightning", "nemo": "nemo-toolkit", "te": "transformer-engine",
+ALIASES = {"nemo": "nemo-toolkit", "te": "transformer-engine",
            "transformer-engine-torch": "transformer-engine", "flash-attention": "flash-attn"}
 
 # The NeMo extra that brings the LLM collection's dependencies (what the reference

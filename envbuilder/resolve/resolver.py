@@ -122,19 +122,30 @@ def _versions(row: Release, req: ResolveRequest, overrides: dict[str, str]
     return chosen, omitted
 
 
+class _Range(SpecifierSet):
+    """A SpecifierSet that prints as it was written in the matrix (SpecifierSet sorts its parts)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+    def __str__(self) -> str:
+        return self.text
+
+
 def _python_range(matrix: Matrix, row: Release, chosen: dict[str, tuple[str, str]]
                   ) -> list[tuple[SpecifierSet, str]]:
     """Every Python constraint in force, each with who imposes it."""
     ranges: list[tuple[SpecifierSet, str]] = []
     if row.python.known:
-        ranges.append((SpecifierSet(str(row.python.value)), f"nemo {row.nemo} ({row.python.source})"))
+        ranges.append((_Range(str(row.python.value)), f"nemo {row.nemo}"))
     if "torch" in chosen:
         info = matrix.torch.get(chosen["torch"][0])
         if info is not None and info.python.known:
-            ranges.append((SpecifierSet(str(info.python.value)), f"torch {info.version}"))
+            ranges.append((_Range(str(info.python.value)), f"torch {info.version}"))
     for req in matrix.python_requirements:
         if req.package in chosen and Version(chosen[req.package][0]) in SpecifierSet(req.versions):
-            ranges.append((SpecifierSet(req.python), f"{req.package} {chosen[req.package][0]}"))
+            ranges.append((_Range(req.python), f"{req.package} {chosen[req.package][0]}"))
     return ranges
 
 
@@ -372,7 +383,8 @@ def resolve(matrix: Matrix, req: ResolveRequest) -> Resolution:
         cuda=cuda, cudnn=str(row.cudnn.value) if row.cudnn.known else None, torch_variant=variant,
         torch_index=torch_index, min_driver=min_driver, glibc=req.glibc,
         container=str(row.container.value) if row.container.known else None,
-        exclude_newer=str(row.exclude_newer.value), pins=dict(sorted(pins.items())), omitted=dict(sorted(omitted.items())),
+        exclude_newer=str(row.exclude_newer.value), pins=dict(sorted(pins.items())),
+        omitted=dict(sorted(omitted.items())),
         stage1_extra=row.stage1_extra, stage2_env=_build_env(matrix, row, stage2),
         provenance=dict(sorted(provenance.items())), warnings=tuple(warnings), notes=row.notes,
         sm=sm, driver=req.host.driver, host_origin=req.host.origin,
