@@ -39,6 +39,7 @@ class LockOptions:
     check: bool = False
     ca_bundle: Path | None = None
     find_links: list[Path] = field(default_factory=list)
+    verbose_uv: bool = False  # keep uv's -v log in LockResult.uv_log (tests assert no sdist was built)
 
 
 @dataclass
@@ -151,7 +152,7 @@ def run_lock(matrix: Matrix, req: ResolveRequest, opts: LockOptions, progress: P
             timings["render"] = timings.get("render", 0.0) + time.monotonic() - t
             progress("uv lock" + (f" (after {len(constraints)} platform fix(es))" if round_ else ""))
             t = time.monotonic()
-            uv_log = run_uv_lock(staging, opts.ca_bundle)
+            uv_log = run_uv_lock(staging, opts.ca_bundle, ["-v"] if opts.verbose_uv else None)
             timings["uv_lock"] = timings.get("uv_lock", 0.0) + time.monotonic() - t
             t = time.monotonic()
             new = _fix_platform(staging, res, opts.ca_bundle, progress)

@@ -9,9 +9,9 @@ from pathlib import Path
 from envbuilder.errors import NetworkError, UvError
 from envbuilder.troubleshoot import troubleshoot
 
-_NETWORK = ("dns error", "failed to lookup address", "Name or service not known", "Connect",
-            "connection refused", "timed out", "Failed to fetch", "error sending request",
-            "invalid peer certificate", "UnknownIssuer", "Could not connect")
+_NETWORK = ("dns error", "failed to lookup address", "name or service not known", "connection refused",
+            "operation timed out", "error sending request", "tcp connect error", "invalid peer certificate",
+            "unknownissuer", "could not connect")
 
 
 def uv_binary() -> str:
@@ -50,16 +50,18 @@ def run_uv_lock(project_dir: Path, ca_bundle: Path | None = None, extra: list[st
     log = proc.stderr
     if proc.returncode == 0:
         return log
-    last = [ln for ln in log.strip().splitlines() if ln.strip()]
+    # classify on uv's own error report, not its -v DEBUG chatter
+    last = [ln for ln in log.strip().splitlines() if ln.strip() and not ln.lstrip().startswith(("DEBUG", "TRACE"))]
+    report = "\n".join(last)
     headline = next((ln for ln in last if ln.startswith("error:")), last[0] if last else "uv lock failed")
     causes = [ln.strip() for ln in last if ln.strip().startswith("cause:")]
     detail = causes[-1] if causes else ""
-    if any(s.lower() in log.lower() for s in _NETWORK):
-        advice = troubleshoot(log)
+    if "No solution found" not in report and any(s in report.lower() for s in _NETWORK):
+        advice = troubleshoot(report)
         raise NetworkError(f"uv lock could not reach a package index: {detail or headline}",
                            advice.fix if advice else "check network access and proxy settings",
                            log_tail=last[-15:])
-    advice = troubleshoot(log)
+    advice = troubleshoot(report)
     hint = next((ln.strip() for ln in last if ln.strip().startswith("hint:")), None)
     fix = advice.fix if advice else (hint or "see the uv log above; adjust --set or choose another --nemo row")
     raise UvError(f"uv lock failed: {headline.removeprefix('error: ')}" + (f" ({detail})" if detail else ""),

@@ -154,6 +154,22 @@ def _check_number(v: Any) -> str | None:
     return None if isinstance(v, (int, float)) and not isinstance(v, bool) else "must be a number"
 
 
+def _check_major(v: Any) -> str | None:
+    return None if re.fullmatch(r"\d+", str(v)) else f"'{v}' is not a CUDA major version"
+
+
+def _check_by_version(v: Any) -> str | None:
+    if not isinstance(v, list):
+        return "must be a list of { versions = SPECIFIER, requires_dist = [...] }"
+    for entry in v:
+        if not isinstance(entry, dict) or not isinstance(entry.get("requires_dist"), list):
+            return "each entry needs versions and a requires_dist list"
+        problem = _check_specifier(entry.get("versions", ""))
+        if problem:
+            return problem
+    return None
+
+
 def _check_sm(v: Any) -> str | None:
     return None if re.fullmatch(r"\d+\.\d+", str(v)) else f"'{v}' is not a compute capability (like '9.0')"
 
@@ -245,14 +261,19 @@ def _load_cuda(f: _File) -> tuple[list[CudaRelease], dict[int, Fact], Note | Non
         ))
     minor: dict[int, Fact] = {}
     for i, row in enumerate(f.rows("minor_compat")):
-        major = _plain(f, "minor_compat", i, row, "major", _check_number)
-        fact = _fact(f, "minor_compat", i, row, "min_driver", _check_version)
+        major = _plain(f, "minor_compat", i, row, "major", _check_major)
+        key = "min_driver_linux" if "min_driver_linux" in row else "min_driver"
+        fact = _fact(f, "minor_compat", i, row, key, _check_version)
         assert fact is not None
         minor[int(major)] = fact
     fwd = f.data.get("forward_compat")
     note = None
-    if isinstance(fwd, dict) and fwd.get("text") and fwd.get("source"):
-        note = Note("info", str(fwd["text"]), str(fwd["source"]))
+    if isinstance(fwd, dict):
+        text = fwd.get("text")
+        if isinstance(text, dict):  # written as a fact
+            note = Note("info", str(text.get("value", "")), str(text.get("source", "")))
+        elif text and fwd.get("source"):
+            note = Note("info", str(text), str(fwd["source"]))
     return releases, minor, note
 
 
@@ -284,7 +305,7 @@ def _load_te(f: _File) -> dict[str, TransformerEngineInfo]:
 BUILD_FACTS: dict[str, Check] = {
     "sdist_only": _check_bool, "imports_torch_at_build": _check_bool, "force_build_env": _check_str,
     "skip_cuda_build_env": _check_str, "prebuilt_wheel_url": _check_str, "requires_dist": _check_list,
-    "build_requires": _check_list, "min_sm": _check_sm,
+    "build_requires": _check_list, "min_sm": _check_sm, "requires_dist_by_version": _check_by_version,
 }
 
 

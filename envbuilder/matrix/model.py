@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,7 +64,8 @@ class Release:
         # rows read naturally: row.torch.value, row.cuda.source
         facts = self.__dict__.get("facts", {})
         if name in facts:
-            return facts[name]  # type: ignore[no-any-return]
+            fact: Fact = facts[name]
+            return fact
         raise AttributeError(name)
 
 
@@ -99,6 +101,19 @@ class BuildPackage:
 
     def get(self, key: str) -> Fact | None:
         return self.facts.get(key)
+
+    def requires_dist(self, version: str) -> list[str]:
+        """Runtime Requires-Dist of this version: the matching requires_dist_by_version entry,
+        else the generic requires_dist list."""
+        from packaging.specifiers import SpecifierSet
+        from packaging.version import Version
+
+        by_version = self.facts.get("requires_dist_by_version")
+        if by_version is not None and by_version.known:
+            for entry in by_version.value:
+                if Version(version) in SpecifierSet(str(entry["versions"])):
+                    return [str(r) for r in entry["requires_dist"]]
+        return self.list_value("requires_dist")
 
     def list_value(self, key: str) -> list[str]:
         fact = self.facts.get(key)
@@ -162,16 +177,28 @@ class Matrix:
             return None
         return min(same, key=lambda c: _vkey(c.version)).min_driver_linux
 
-    def gpu(self, name_or_sm: str) -> Gpu | None:
-        """Look a GPU up by table name, NVML name/alias (case-insensitive substring) or sm."""
-        key = name_or_sm.strip().lower()
+    def gpu(self, name: str) -> Gpu | None:
+        """Exact name or alias; else a table name inside an NVML name ("NVIDIA H100 80GB HBM3" ->
+        "H100"); else the first entry the name starts ("A100" -> "A100 40GB"). Whole words only,
+        so "A100" never resolves to "A10"."""
+        key = name.strip().lower()
+        if not key:
+            return None
         for g in self.gpus:
             if key == g.name.lower() or key in (a.lower() for a in g.aliases):
                 return g
         for g in sorted(self.gpus, key=lambda g: -len(g.name)):
-            if g.name.lower() in key:  # NVML "NVIDIA H100 80GB HBM3" -> "H100"
+            if _words(g.name.lower(), key):
+                return g
+        for g in self.gpus:
+            if g.name.lower().startswith(key) and _words(key, g.name.lower()):
                 return g
         return None
+
+
+def _words(needle: str, haystack: str) -> bool:
+    """`needle` occurs in `haystack` as whole words: "a10" is not in "a100"."""
+    return re.search(rf"(?<![a-z0-9]){re.escape(needle)}(?![a-z0-9])", haystack) is not None
 
 
 def _vkey(v: str) -> tuple[int, ...]:
