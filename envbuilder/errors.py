@@ -144,6 +144,13 @@ class UnknownRecipeError(EnvbuilderError):
     kind = "unknown-recipe"
 
 
+class UnknownGpuError(EnvbuilderError):
+    """doctor / check-parallel: --gpu names no GPU in matrices/gpus.toml."""
+
+    exit_code = 24
+    kind = "unknown-gpu"
+
+
 # --- 30-39: image build -------------------------------------------------------------
 
 

@@ -84,9 +84,9 @@ def main(argv: list[str] | None = None) -> Any:
     except Exception as exc:  # a bug: one line unless asked for the traceback
         if os.environ.get("ENVBUILDER_DEBUG"):
             traceback.print_exc()
-        err = InternalError(
+        internal = InternalError(
             f"{type(exc).__name__}: {exc}",
             "this is a bug in envbuilder; rerun with ENVBUILDER_DEBUG=1 and report the traceback",
         )
-        report_error(err, want_json)
-        sys.exit(err.exit_code)
+        report_error(internal, want_json)
+        sys.exit(internal.exit_code)

@@ -1,0 +1,133 @@
+"""`envbuilder check-parallel`: check a training layout before it is queued."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+from rich.markup import escape
+
+from envbuilder.console import emit_json, stderr_console
+from envbuilder.errors import InvalidLayoutInputError, ParallelLayoutError
+from envbuilder.host.gpus import require_gpu
+from envbuilder.parallel import GpuTarget, Layout, ParallelReport, check_layout, find_recipe
+from envbuilder.parallel.layout import flag
+from envbuilder.parallel.rules import grad_accumulation
+
+# Flags whose value comes from the recipe when not given; model fields are required one way or the other.
+LAYOUT_FLAGS = (
+    "gpus_per_node", "nodes", "tp", "pp", "vpp", "cp", "ep", "etp", "sp", "num_layers", "hidden_size",
+    "num_attention_heads", "num_query_groups", "kv_channels", "ffn_hidden_size", "seq_length", "mbs", "gbs",
+    "num_experts", "vocab_size", "gated_linear_unit", "share_embeddings",
+)
+REQUIRED = ("gpus_per_node", "num_layers", "hidden_size", "num_attention_heads", "seq_length", "gbs")
+DEFAULTS: dict[str, Any] = {"nodes": 1, "tp": 1, "pp": 1, "cp": 1, "ep": 1, "mbs": 1, "sp": False,
+                            "gated_linear_unit": False, "share_embeddings": True}
+
+
+def build_layout(flags: dict[str, Any], recipe_name: str | None) -> tuple[Layout, str | None]:
+    """Flags over recipe values over defaults. Raises UnknownRecipeError / InvalidLayoutInputError."""
+    values: dict[str, Any] = dict(DEFAULTS)
+    source = None
+    if recipe_name:
+        recipe = find_recipe(recipe_name)
+        values.update(recipe.layout_values())
+        source = recipe.source
+    values.update({k: v for k, v in flags.items() if v is not None})
+    missing = [flag(k) for k in REQUIRED if values.get(k) is None]
+    if missing:
+        raise InvalidLayoutInputError(
+            f"missing {', '.join(missing)}",
+            "give them as flags, or take the model and layout from --from-nemo-recipe NAME",
+        )
+    kwargs: dict[str, Any] = {k: values[k] for k in LAYOUT_FLAGS if k in values}
+    return Layout(**kwargs), source
+
+
+def _gpu_target(gpu: str | None, memory: float | None) -> GpuTarget:
+    if memory is not None and memory <= 0:
+        raise InvalidLayoutInputError(f"--gpu-memory-gib {memory:g}: memory must be positive",
+                                      "give the GPU memory in GiB, e.g. 80")
+    if gpu is None:
+        return GpuTarget(memory_gib=memory)
+    spec = require_gpu(gpu)
+    return GpuTarget(spec.name, spec.sm, memory if memory is not None else spec.memory_gib)
+
+
+def _print_human(report: ParallelReport, recipe_source: str | None) -> None:
+    con = stderr_console()
+    lay = report.layout
+    if recipe_source:
+        con.print(f"recipe: {escape(recipe_source)}")
+    gpu = report.gpu
+    gpu_text = f", GPU {gpu.name} (sm {gpu.sm}, {gpu.memory_gib} GiB)" if gpu.name else (
+        f", GPU memory {gpu.memory_gib} GiB" if gpu.memory_gib else "")
+    con.print(f"layout: {lay.nodes} node(s) x {lay.gpus_per_node} GPUs, TP {lay.tp} PP {lay.pp}"
+              f"{f' VPP {lay.vpp}' if lay.vpp else ''} CP {lay.cp} EP {lay.ep}{' SP' if lay.sp else ''}, "
+              f"DP {lay.dp if lay.dp is not None else '?'}{escape(gpu_text)}")
+    colours = {"pass": "green", "warn": "yellow", "fail": "red", "n/a": "dim"}
+    for r in report.rules:
+        c = colours[r.level]
+        con.print(f"  [{c}]{r.level:<4}[/{c}] {r.name:<17} {escape(r.message)}")
+        if r.fix:
+            con.print(f"  {'':<4} {'':<17} fix: {escape(r.fix)}")
+    ga = grad_accumulation(lay)
+    if ga is not None:
+        con.print(f"gradient-accumulation steps: {ga}")
+
+
+@click.command(name="check-parallel")
+@click.option("--from-nemo-recipe", "recipe", metavar="NAME",
+              help="Take model dimensions and the default layout from a built-in recipe (matrices/recipes.toml).")
+@click.option("--gpus-per-node", type=int)
+@click.option("--nodes", type=int, help="Number of nodes (default 1).")
+@click.option("--tp", type=int, help="Tensor parallel size (default 1).")
+@click.option("--pp", type=int, help="Pipeline parallel size (default 1).")
+@click.option("--vpp", type=int, help="Virtual pipeline (interleaved) stages per pipeline rank.")
+@click.option("--cp", type=int, help="Context parallel size (default 1).")
+@click.option("--ep", type=int, help="Expert parallel size (default 1).")
+@click.option("--etp", type=int, help="Expert tensor parallel size (default: TP).")
+@click.option("--sp/--no-sp", default=None, help="Sequence parallelism.")
+@click.option("--num-layers", type=int)
+@click.option("--hidden-size", type=int)
+@click.option("--num-attention-heads", type=int)
+@click.option("--num-query-groups", type=int, help="GQA groups (default: one per head).")
+@click.option("--kv-channels", type=int, help="Head dimension override (default hidden / heads).")
+@click.option("--ffn-hidden-size", type=int, help="MLP size (default 4 x hidden).")
+@click.option("--seq-length", type=int)
+@click.option("--mbs", type=int, help="Micro batch size (default 1).")
+@click.option("--gbs", type=int, help="Global batch size.")
+@click.option("--num-experts", type=int, help="MoE experts per layer.")
+@click.option("--vocab-size", type=int, help="Vocabulary size (memory estimate only).")
+@click.option("--gated-linear-unit/--no-gated-linear-unit", default=None, help="SwiGLU MLP (memory estimate).")
+@click.option("--share-embeddings/--no-share-embeddings", default=None,
+              help="Tied input/output embeddings (memory estimate).")
+@click.option("--gpu", "gpu_name", metavar="NAME", help="GPU model from matrices/gpus.toml (sm and memory).")
+@click.option("--gpu-memory-gib", type=float, help="GPU memory in GiB (overrides --gpu's).")
+@click.option("--grad-dtype", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True,
+              help="Gradient buffer dtype (NeMo recipes reduce gradients in fp32).")
+@click.option("--json", "as_json", is_flag=True, help="Print every rule result as JSON on stdout.")
+def check_parallel(recipe: str | None, gpu_name: str | None, gpu_memory_gib: float | None, grad_dtype: str,
+                   as_json: bool, **flags: Any) -> None:
+    """Check a training layout against the Megatron-Core / NeMo / Transformer Engine rules.
+
+    Exit codes: 0 the layout can run (warnings allowed), 21 a rule fails, 22 impossible input,
+    23 unknown recipe, 24 unknown GPU. With --json the report is printed on stdout; when a rule
+    fails it is the "details" of the error object.
+    """
+    layout, recipe_source = build_layout(flags, recipe)
+    report = check_layout(layout, _gpu_target(gpu_name, gpu_memory_gib), grad_bytes=4 if grad_dtype == "fp32" else 2)
+    payload = {**report.to_dict(), "recipe": recipe_source}
+    if not as_json:
+        _print_human(report, recipe_source)
+    if report.ok:
+        if as_json:
+            emit_json(payload)
+        return
+    first = report.failures[0]
+    names = ", ".join(r.name for r in report.failures)
+    raise ParallelLayoutError(
+        f"layout cannot run: {len(report.failures)} rule(s) fail ({names}); {first.name}: {first.message}",
+        first.fix,
+        **payload,
+    )
