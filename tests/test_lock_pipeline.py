@@ -165,3 +165,48 @@ def test_matrix_show_json_keys() -> None:
                 "flash_attn", "mamba_ssm", "causal_conv1d", "megatron_core", "nemo_run", "exclude_newer", "sources"):
         assert key in data, key
     assert data["sources"]["torch"].startswith("https://pypi.org/project/torch/")
+
+
+def test_stage1_closure_follows_extras_and_finds_deferred_stage2(tmp_path: Path) -> None:
+    from envbuilder.lock.uvlock import read_uv_lock, stage1_closure
+
+    (tmp_path / "uv.lock").write_text('''version = 1
+[[package]]
+name = "proj"
+version = "0.0.0"
+source = { virtual = "." }
+dependencies = [{ name = "nemo-toolkit", extra = ["all"] }, { name = "torch" }]
+[package.optional-dependencies]
+compile = [{ name = "flash-attn" }, { name = "mamba-ssm" }]
+[[package]]
+name = "nemo-toolkit"
+version = "2.0.0"
+source = { registry = "https://pypi.org/simple" }
+dependencies = [{ name = "numpy" }]
+[package.optional-dependencies]
+all = [{ name = "mamba-ssm" }]
+asr = [{ name = "librosa" }]
+[[package]]
+name = "mamba-ssm"
+version = "2.2.2"
+source = { registry = "https://pypi.org/simple" }
+dependencies = [{ name = "torch" }]
+[[package]]
+name = "flash-attn"
+version = "2.6.3"
+source = { registry = "https://pypi.org/simple" }
+[[package]]
+name = "torch"
+version = "2.3.0"
+source = { registry = "https://pypi.org/simple" }
+[[package]]
+name = "numpy"
+version = "1.26.4"
+source = { registry = "https://pypi.org/simple" }
+[[package]]
+name = "librosa"
+version = "0.10.0"
+source = { registry = "https://pypi.org/simple" }
+''')
+    reach = stage1_closure(read_uv_lock(tmp_path / "uv.lock"), "proj")
+    assert reach == {"nemo-toolkit", "numpy", "mamba-ssm", "torch"}  # not flash-attn (extra), not librosa (asr)

@@ -22,7 +22,7 @@ from envbuilder.atomic import promote_dir, staging_dir, write_atomic
 from envbuilder.errors import LockOutOfDateError, NetworkError, OutputPathError, PlatformWheelError
 from envbuilder.lock.platform import check_platform, fetch_release_files, find_constraint, target_tags
 from envbuilder.lock.record import RECORD_NAME, build_record, dumps_record
-from envbuilder.lock.uvlock import read_uv_lock
+from envbuilder.lock.uvlock import read_uv_lock, stage1_closure
 from envbuilder.lock.uvrun import run_uv_lock, uv_version
 from envbuilder.matrix.model import Matrix
 from envbuilder.render.pyproject import render_pyproject
@@ -68,6 +68,14 @@ def find_local_wheels(res: Resolution, dirs: list[Path]) -> dict[str, Path]:
             if pin and pin.stage == 1 and version.public == Version(pin.version).public and wtags & tags:
                 found.setdefault(pin.name, whl)
     return found
+
+
+def tomllib_name(pyproject: Path) -> str:
+    """The project name uv normalises and records in uv.lock."""
+    import re
+
+    m = re.search(r'^name = "([^"]+)"', pyproject.read_text(), re.M)
+    return m.group(1) if m else ""
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:
@@ -164,8 +172,15 @@ def run_lock(matrix: Matrix, req: ResolveRequest, opts: LockOptions, progress: P
             raise PlatformWheelError("platform fixes did not converge after "
                                      f"{MAX_FIX_ROUNDS} rounds", "lock with --glibc of a newer base OS")
 
+        # a stage-2 sdist pulled in by stage 1 (nemo-toolkit 2.0/2.1 [all] requires mamba-ssm) would be
+        # built during stage 1, before torch is installed: stage 1 must skip it (--no-install-package)
+        root = tomllib_name(staging / "pyproject.toml")
+        reach = stage1_closure(read_uv_lock(staging / "uv.lock"), root)
+        deferred = sorted(p.name for p in res.stage(2) if p.name in reach)
+        for name in deferred:
+            progress(f"warning: stage 1 depends on {name}; stage 1 installs with --no-install-package {name}")
         record = build_record(res, req, staging, uv_version(), constraints, local_rel,
-                              [str(p) for p in opts.find_links if p.is_dir()])
+                              [str(p) for p in opts.find_links if p.is_dir()], deferred)
         write_atomic(staging / RECORD_NAME, dumps_record(record))
         names = ["pyproject.toml", "uv.lock", RECORD_NAME, *local_rel.values()]
         changed = not (out.is_dir() and _same_contents(staging, out, names))

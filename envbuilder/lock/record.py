@@ -38,7 +38,7 @@ def source_date_epoch(exclude_newer: str) -> int:
 
 def build_record(res: Resolution, req: ResolveRequest, lockdir: Path, uv_version: str,
                  constraints_added: list[dict[str, str]], local_wheels: dict[str, str],
-                 find_links_used: list[str]) -> dict[str, Any]:
+                 find_links_used: list[str], stage1_deferred: list[str] | None = None) -> dict[str, Any]:
     files = {name: sha256_file(lockdir / name) for name in ("pyproject.toml", "uv.lock")}
     for rel in sorted(local_wheels.values()):
         files[rel] = sha256_file(lockdir / rel)
@@ -71,6 +71,9 @@ def build_record(res: Resolution, req: ResolveRequest, lockdir: Path, uv_version
         "omitted": res.omitted,
         "constraints_added": constraints_added,
         "stage2_packages": sorted(p.name for p in res.stage(2)),
+        # stage-2 packages that stage 1 also depends on: stage 1 must skip them
+        # (`uv sync --frozen --no-install-package NAME`), stage 2 builds them
+        "stage1_deferred": sorted(stage1_deferred or []),
         "stage2_env": res.stage2_env,
         "warnings": list(res.warnings),
         "notes": [{"severity": n.severity, "text": n.text, "source": n.source} for n in res.notes],

@@ -241,10 +241,18 @@ def _load_releases(f: _File) -> list[Release]:
         extra = row.get("stage1_extra", [])
         if not isinstance(extra, list):
             raise f.error("release", i, "stage1_extra", "must be a list of requirement strings", "fix the list")
+        names = row.get("packages", {})
+        if not isinstance(names, dict) or not all(k in RELEASE_FACTS and isinstance(v, str) for k, v in names.items()):
+            raise f.error("release", i, "packages", "must map release fields to PyPI names",
+                          'write packages = { lightning = "pytorch-lightning" }')
+        extras = row.get("nemo_extras", ["all"])
+        if not isinstance(extras, list) or not all(isinstance(x, str) and x for x in extras):
+            raise f.error("release", i, "nemo_extras", "must be a list of extra names", 'write ["all", "cu12"]')
         out.append(Release(
             nemo=tag, facts=facts, notes=tuple(notes), prefer=row.get("prefer"),
             test_only=bool(row.get("test_only", False)), stage1_extra=tuple(str(x) for x in extra),
             stage2_env=dict(env), location=Location(f.path.name, f.row_line("release", i)),
+            package_names=dict(names), nemo_extras=tuple(extras),
         ))
     return out
 

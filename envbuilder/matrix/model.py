@@ -56,6 +56,9 @@ class Release:
     stage1_extra: tuple[str, ...] = ()
     stage2_env: dict[str, str] = field(default_factory=dict)
     location: Location | None = None
+    # PyPI name per component field where it differs from the default (v2.0.0: pytorch-lightning)
+    package_names: dict[str, str] = field(default_factory=dict)
+    nemo_extras: tuple[str, ...] = ("all",)
 
     def fact(self, name: str) -> Fact:
         return self.facts[name]

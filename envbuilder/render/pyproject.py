@@ -17,7 +17,6 @@ from tomlkit.items import Array
 
 from envbuilder import __version__
 from envbuilder.matrix.model import Matrix
-from envbuilder.resolve.components import NEMO_EXTRA
 from envbuilder.resolve.resolver import Pin, Resolution
 
 # Packages the NGC PyTorch container provides and uv must never replace.
@@ -48,7 +47,7 @@ def _bare_name(req: str) -> str:
 def stage1_requirements(res: Resolution, matrix: Matrix, extra_constraints: list[str] | None = None) -> list[str]:
     reqs: dict[str, str] = {}
     for pin in res.stage(1):
-        reqs[pin.name] = _requirement(pin, NEMO_EXTRA if pin.name == "nemo-toolkit" else "")
+        reqs[pin.name] = _requirement(pin, ",".join(res.nemo_extras) if pin.name == "nemo-toolkit" else "")
     # stage 2 builds without isolation: its build requirements must come from stage 1
     build_reqs: set[str] = set(BASE_BUILD_REQUIRES)
     for pin in res.stage(2):
@@ -75,6 +74,15 @@ def _requires_dist(matrix: Matrix, pin: Pin, cuda: str | None) -> list[str]:
     cuda_major = cuda.split(".")[0] if cuda else ""
     filled = {r.replace("{version}", pin.version).replace("{cuda_major}", cuda_major) for r in listed}
     return sorted(filled) if filled else ["torch"]
+
+
+def _wheel_with_unknown_metadata(matrix: Matrix, name: str) -> bool:
+    pkg = matrix.build_packages.get(name)
+    if pkg is None:
+        return False
+    sdist_only, requires = pkg.get("sdist_only"), pkg.get("requires_dist")
+    return (sdist_only is not None and sdist_only.value is False
+            and (requires is None or not requires.known))
 
 
 def exclude_newer_value(res: Resolution) -> str | None:
@@ -151,6 +159,8 @@ def render_pyproject(res: Resolution, matrix: Matrix, constraints: list[str] | N
     if stage2:
         meta = tomlkit.aot()
         for pin in stage2:
+            if _wheel_with_unknown_metadata(matrix, pin.name):
+                continue  # a wheel: uv reads its real metadata without building; a guessed record would replace it
             t = tomlkit.table()
             t["name"] = pin.name
             t["version"] = pin.version

@@ -32,10 +32,6 @@ BY_NAME = {c.name: c for c in COMPONENTS}
 ALIASES = {"nemo": "nemo-toolkit", "te": "transformer-engine",
            "transformer-engine-torch": "transformer-engine", "flash-attention": "flash-attn"}
 
-# The NeMo extra that brings the LLM collection's dependencies (what the reference
-# hand-written pyproject used).
-NEMO_EXTRA = "all"
-
 
 def canonical(name: str) -> str:
     n = name.strip().lower().replace("_", "-")

@@ -6,7 +6,7 @@ passes, adds a warning, or raises ResolveConflictError naming both sides and a f
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
@@ -54,7 +54,7 @@ class Resolution:
     sm: str | None = None
     driver: str | None = None
     host_origin: str = "none"
-    extra_fields: dict[str, str] = field(default_factory=dict)
+    nemo_extras: tuple[str, ...] = ("all",)
 
     def stage(self, n: int) -> list[Pin]:
         return [p for _, p in sorted(self.pins.items()) if p.stage == n]
@@ -364,7 +364,7 @@ def resolve(matrix: Matrix, req: ResolveRequest) -> Resolution:
         if req.mode == "ngc-base" and name == "torch":
             omitted["torch"] = f"kept from {row.container.value} (override-dependencies)"
             continue
-        names = te_parts(cuda_major) if name == "transformer-engine" else [name]
+        names = te_parts(cuda_major) if name == "transformer-engine" else [row.package_names.get(comp.field, name)]
         for part in names:
             git_url = git_tag = None
             if req.source == "git" and comp.git_url and comp.git_tag:
@@ -387,7 +387,7 @@ def resolve(matrix: Matrix, req: ResolveRequest) -> Resolution:
         omitted=dict(sorted(omitted.items())),
         stage1_extra=row.stage1_extra, stage2_env=_build_env(matrix, row, stage2),
         provenance=dict(sorted(provenance.items())), warnings=tuple(warnings), notes=row.notes,
-        sm=sm, driver=req.host.driver, host_origin=req.host.origin,
+        sm=sm, driver=req.host.driver, host_origin=req.host.origin, nemo_extras=row.nemo_extras,
     )
 
 
