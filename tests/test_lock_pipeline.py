@@ -210,3 +210,49 @@ source = { registry = "https://pypi.org/simple" }
 ''')
     reach = stage1_closure(read_uv_lock(tmp_path / "uv.lock"), "proj")
     assert reach == {"nemo-toolkit", "numpy", "mamba-ssm", "torch"}  # not flash-attn (extra), not librosa (asr)
+
+
+def test_source_builds_split_compiled_from_sdist_only() -> None:
+    from envbuilder.lock.platform import source_builds
+
+    pkgs = [
+        pkg("pyzmq", "23.2.1", ["pyzmq-23.2.1-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl"], sdist=True),
+        pkg("wget", "3.2", [], sdist=True),
+        pkg("numpy", "1.26.4", ["numpy-1.26.4-cp312-cp312-manylinux_2_17_x86_64.manylinux2014_x86_64.whl",
+                                "numpy-1.26.4-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl"], sdist=True),
+    ]
+    assert source_builds(pkgs, "3.12", "2.35") == (["pyzmq==23.2.1"], ["wget==3.2"])
+    assert source_builds(pkgs, "3.11", "2.35") == ([], ["wget==3.2"])
+
+
+def test_marker_aware_closure_per_python(tmp_path: Path) -> None:
+    from envbuilder.lock.uvlock import read_uv_lock, stage1_closure
+
+    (tmp_path / "uv.lock").write_text('''version = 1
+[[package]]
+name = "proj"
+version = "0.0.0"
+source = { virtual = "." }
+dependencies = [{ name = "numpy", version = "1.26.4", marker = "python_full_version < '3.12'" },
+                { name = "numpy", version = "2.1.0", marker = "python_full_version >= '3.12'" },
+                { name = "exceptiongroup", marker = "python_full_version < '3.11'" }]
+[[package]]
+name = "numpy"
+version = "1.26.4"
+source = { registry = "https://pypi.org/simple" }
+[[package]]
+name = "numpy"
+version = "2.1.0"
+source = { registry = "https://pypi.org/simple" }
+[[package]]
+name = "exceptiongroup"
+version = "1.2.0"
+source = { registry = "https://pypi.org/simple" }
+''')
+    from envbuilder.lock.uvlock import stage1_packages
+
+    locked = read_uv_lock(tmp_path / "uv.lock")
+    assert [(p.name, p.version) for p in stage1_packages(locked, "proj", "3.10")] == [
+        ("exceptiongroup", "1.2.0"), ("numpy", "1.26.4")]
+    assert [(p.name, p.version) for p in stage1_packages(locked, "proj", "3.12")] == [("numpy", "2.1.0")]
+    assert stage1_closure(locked, "proj") == {"numpy", "exceptiongroup"}

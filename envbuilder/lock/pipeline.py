@@ -15,19 +15,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from packaging.specifiers import SpecifierSet
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
 from envbuilder.atomic import promote_dir, staging_dir, write_atomic
 from envbuilder.errors import LockOutOfDateError, NetworkError, OutputPathError, PlatformWheelError
-from envbuilder.lock.platform import check_platform, fetch_release_files, find_constraint, target_tags
+from envbuilder.lock.platform import check_platform, fetch_release_files, find_constraint, source_builds, target_tags
 from envbuilder.lock.record import RECORD_NAME, build_record, dumps_record
-from envbuilder.lock.uvlock import read_uv_lock, stage1_closure
+from envbuilder.lock.uvlock import LockedPackage, read_uv_lock, stage1_closure, stage1_packages
 from envbuilder.lock.uvrun import run_uv_lock, uv_version
 from envbuilder.matrix.model import Matrix
 from envbuilder.render.pyproject import render_pyproject
 from envbuilder.resolve.request import ResolveRequest
-from envbuilder.resolve.resolver import Resolution, resolve
+from envbuilder.resolve.resolver import PYTHON_CANDIDATES, Resolution, resolve
 
 Progress = Callable[[str], None]
 MAX_FIX_ROUNDS = 3
@@ -68,6 +69,34 @@ def find_local_wheels(res: Resolution, dirs: list[Path]) -> dict[str, Path]:
             if pin and pin.stage == 1 and version.public == Version(pin.version).public and wtags & tags:
                 found.setdefault(pin.name, whl)
     return found
+
+
+def _choose_target_python(res: Resolution, req: ResolveRequest, locked: list[LockedPackage], root: str,
+                          progress: Progress) -> tuple[str, dict[str, list[str]]]:
+    """The interpreter the lock targets, and what stage 1 builds from source on it.
+
+    requires-python spans several interpreters, but a lock can be wheel-complete on some and
+    not others (v2.3.0 on 3.12 compiles pyzmq 23.2.1, which fails). Without --python, prefer
+    the newest interpreter whose stage 1 compiles nothing; with --python, only warn.
+    """
+    spec = SpecifierSet(res.requires_python)
+    candidates = [p for p in PYTHON_CANDIDATES if Version(p) in spec] or [res.python]
+    builds = {}
+    for py in candidates:
+        compiled, sdist_only = source_builds(stage1_packages(locked, root, py), py, res.glibc)
+        builds[py] = {"compiled": compiled, "sdist_only": sdist_only}
+    chosen = res.python
+    if req.python is None:
+        clean = [p for p in candidates if not builds[p]["compiled"]]
+        chosen = clean[-1] if clean else min(candidates, key=lambda p: (len(builds[p]["compiled"]), -float(p[2:])))
+        if chosen != res.python:
+            progress(f"warning: on Python {res.python} stage 1 would compile "
+                     f"{', '.join(builds[res.python]['compiled'])} from source (no wheels for it); "
+                     f"targeting Python {chosen} instead (pass --python {res.python} to insist)")
+    if builds.get(chosen, {}).get("compiled"):
+        progress(f"warning: on Python {chosen} stage 1 compiles {', '.join(builds[chosen]['compiled'])} "
+                 "from source: the build needs a compiler and may fail")
+    return chosen, builds.get(chosen, {"compiled": [], "sdist_only": []})
 
 
 def tomllib_name(pyproject: Path) -> str:
@@ -172,15 +201,18 @@ def run_lock(matrix: Matrix, req: ResolveRequest, opts: LockOptions, progress: P
             raise PlatformWheelError("platform fixes did not converge after "
                                      f"{MAX_FIX_ROUNDS} rounds", "lock with --glibc of a newer base OS")
 
+        locked = read_uv_lock(staging / "uv.lock")
+        root = tomllib_name(staging / "pyproject.toml")
         # a stage-2 sdist pulled in by stage 1 (nemo-toolkit 2.0/2.1 [all] requires mamba-ssm) would be
         # built during stage 1, before torch is installed: stage 1 must skip it (--no-install-package)
-        root = tomllib_name(staging / "pyproject.toml")
-        reach = stage1_closure(read_uv_lock(staging / "uv.lock"), root)
+        reach = stage1_closure(locked, root)
         deferred = sorted(p.name for p in res.stage(2) if p.name in reach)
         for name in deferred:
             progress(f"warning: stage 1 depends on {name}; stage 1 installs with --no-install-package {name}")
+        python, builds = _choose_target_python(res, req, locked, root, progress)
         record = build_record(res, req, staging, uv_version(), constraints, local_rel,
-                              [str(p) for p in opts.find_links if p.is_dir()], deferred)
+                              [str(p) for p in opts.find_links if p.is_dir()], deferred,
+                              target_python=python, source_builds=builds)
         write_atomic(staging / RECORD_NAME, dumps_record(record))
         names = ["pyproject.toml", "uv.lock", RECORD_NAME, *local_rel.values()]
         changed = not (out.is_dir() and _same_contents(staging, out, names))

@@ -79,6 +79,26 @@ def check_platform(packages: list[LockedPackage], python: str, glibc: str,
     return problems
 
 
+def source_builds(packages: list[LockedPackage], python: str, glibc: str, arch: str = "x86_64"
+                  ) -> tuple[list[str], list[str]]:
+    """(compiled, sdist_only) packages that install from source on this target.
+
+    compiled: the project ships binary wheels, just none for this interpreter/platform, so the
+    sdist is compiled here (pyzmq 23.2.1 on 3.12: fails); sdist_only: the project ships no wheel
+    at all (mostly pure-Python setup.py packages, which build quickly).
+    """
+    tags = target_tags(python, glibc, arch)
+    compiled, sdist_only = [], []
+    for pkg in packages:
+        if not pkg.from_registry or not pkg.has_sdist:
+            continue
+        if not pkg.wheels:
+            sdist_only.append(f"{pkg.name}=={pkg.version}")
+        elif not any(_wheel_tags(w) & tags for w in pkg.wheels):
+            compiled.append(f"{pkg.name}=={pkg.version}")
+    return sorted(compiled), sorted(sdist_only)
+
+
 def _ssl_context(ca_bundle: Path | None) -> ssl.SSLContext:
     cafile = str(ca_bundle) if ca_bundle else os.environ.get("SSL_CERT_FILE")
     return ssl.create_default_context(cafile=cafile if cafile and Path(cafile).exists() else None)

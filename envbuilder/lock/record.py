@@ -38,7 +38,9 @@ def source_date_epoch(exclude_newer: str) -> int:
 
 def build_record(res: Resolution, req: ResolveRequest, lockdir: Path, uv_version: str,
                  constraints_added: list[dict[str, str]], local_wheels: dict[str, str],
-                 find_links_used: list[str], stage1_deferred: list[str] | None = None) -> dict[str, Any]:
+                 find_links_used: list[str], stage1_deferred: list[str] | None = None,
+                 target_python: str | None = None, source_builds: dict[str, list[str]] | None = None
+                 ) -> dict[str, Any]:
     files = {name: sha256_file(lockdir / name) for name in ("pyproject.toml", "uv.lock")}
     for rel in sorted(local_wheels.values()):
         files[rel] = sha256_file(lockdir / rel)
@@ -58,7 +60,7 @@ def build_record(res: Resolution, req: ResolveRequest, lockdir: Path, uv_version
         "host": {"kind": res.host_origin, "driver": res.driver, "sm": res.sm,
                  "gpu": req.host.gpu_name, "gpu_count": req.host.gpu_count},
         "target": {
-            "python": res.python, "requires_python": res.requires_python, "cuda": res.cuda,
+            "python": target_python or res.python, "requires_python": res.requires_python, "cuda": res.cuda,
             "cudnn": res.cudnn, "torch": res.pins["torch"].version if "torch" in res.pins else None,
             "torch_variant": res.torch_variant, "torch_index": res.torch_index, "min_driver": res.min_driver,
             "glibc": res.glibc, "platform": "linux-x86_64", "container": res.container,
@@ -74,6 +76,8 @@ def build_record(res: Resolution, req: ResolveRequest, lockdir: Path, uv_version
         # stage-2 packages that stage 1 also depends on: stage 1 must skip them
         # (`uv sync --frozen --no-install-package NAME`), stage 2 builds them
         "stage1_deferred": sorted(stage1_deferred or []),
+        # what stage 1 builds from source on target.python: compiled = wheels exist but none fit
+        "source_builds": source_builds or {"compiled": [], "sdist_only": []},
         "stage2_env": res.stage2_env,
         "warnings": list(res.warnings),
         "notes": [{"severity": n.severity, "text": n.text, "source": n.source} for n in res.notes],

@@ -7,10 +7,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from packaging.markers import InvalidMarker, Marker
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
+
+
+Edge = tuple[str, tuple[str, ...], str, str]  # (name, extras, version or "", marker or "")
 
 
 @dataclass(frozen=True)
@@ -20,8 +25,8 @@ class LockedPackage:
     source: dict[str, str]
     wheels: tuple[str, ...]  # file names
     has_sdist: bool
-    dependencies: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (name, extras requested)
-    optional: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] | None = None  # extra -> dependencies
+    dependencies: tuple[Edge, ...] = ()
+    optional: dict[str, tuple[Edge, ...]] | None = None  # extra -> dependencies
 
     @property
     def from_registry(self) -> bool:
@@ -44,30 +49,60 @@ def read_uv_lock(path: Path) -> list[LockedPackage]:
     return out
 
 
-def _edges(deps: list[dict[str, Any]]) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    out = {(str(d["name"]), tuple(sorted(str(e) for e in d.get("extra") or []))) for d in deps}
+def _edges(deps: list[dict[str, Any]]) -> tuple[Edge, ...]:
+    out = {(str(d["name"]), tuple(sorted(str(e) for e in d.get("extra") or [])), str(d.get("version", "")),
+            str(d.get("marker", ""))) for d in deps}
     return tuple(sorted(out))
 
 
-def stage1_closure(packages: list[LockedPackage], root: str) -> set[str]:
-    """Every package `uv sync` without extras installs: the root's plain dependencies and,
-    transitively, theirs, following the extras each edge asks for (nemo-toolkit[all])."""
-    by_name = {p.name: p for p in packages}
-    seen: set[tuple[str, str]] = set()
-    names: set[str] = set()
-    stack: list[tuple[str, tuple[str, ...]]] = list(by_name[root].dependencies) if root in by_name else []
+def marker_env(python: str) -> dict[str, str]:
+    """The environment markers of the target: CPython `python` on Linux x86_64."""
+    return {"python_version": python, "python_full_version": f"{python}.0", "sys_platform": "linux",
+            "platform_machine": "x86_64", "platform_system": "Linux", "os_name": "posix",
+            "implementation_name": "cpython", "platform_python_implementation": "CPython",
+            "extra": ""}
+
+
+def _applies(marker: str, env: dict[str, str] | None) -> bool:
+    if not marker or env is None:
+        return True
+    try:
+        return bool(Marker(marker).evaluate(env))
+    except InvalidMarker:
+        return True
+
+
+def stage1_packages(packages: list[LockedPackage], root: str, python: str | None = None) -> list[LockedPackage]:
+    """What `uv sync` without extras installs: the root's plain dependencies and, transitively,
+    theirs, following the extras each edge asks for (nemo-toolkit[all]). With `python`, edges
+    whose marker excludes that interpreter are skipped (None: every edge, all interpreters)."""
+    env = marker_env(python) if python else None
+    by_key: dict[tuple[str, str], LockedPackage] = {(p.name, p.version): p for p in packages}
+    by_name: dict[str, list[LockedPackage]] = {}
+    for p in packages:
+        by_name.setdefault(p.name, []).append(p)
+    roots = by_name.get(root, [])
+    stack: list[Edge] = list(roots[0].dependencies) if roots else []
+    seen: set[tuple[str, str, str]] = set()
+    found: dict[tuple[str, str], LockedPackage] = {}
     while stack:
-        name, extras = stack.pop()
-        pkg = by_name.get(name)
-        if pkg is None:
+        name, extras, version, marker = stack.pop()
+        if not _applies(marker, env):
             continue
-        names.add(name)
-        for extra in ("", *extras):
-            if (name, extra) in seen:
-                continue
-            seen.add((name, extra))
-            stack.extend(pkg.dependencies if not extra else (pkg.optional or {}).get(extra, ()))
-    return names
+        candidates = [by_key[(name, version)]] if version and (name, version) in by_key else by_name.get(name, [])
+        for pkg in candidates:
+            found[(pkg.name, pkg.version)] = pkg
+            for extra in ("", *extras):
+                key = (pkg.name, pkg.version, extra)
+                if key in seen:
+                    continue
+                seen.add(key)
+                stack.extend(pkg.dependencies if not extra else (pkg.optional or {}).get(extra, ()))
+    return sorted(found.values(), key=lambda p: (p.name, p.version))
+
+
+def stage1_closure(packages: list[LockedPackage], root: str, python: str | None = None) -> set[str]:
+    return {p.name for p in stage1_packages(packages, root, python)}
 
 
 def locked_versions(path: Path) -> dict[str, str]:
