@@ -119,7 +119,7 @@ def test_read_record_detects_tampering(tmp_path: Path) -> None:
     (tmp_path / "uv.lock").write_text("edited by hand")
     with pytest.raises(LockDirError, match="changed after locking"):
         read_record(tmp_path)
-    with pytest.raises(LockDirError, match="has no envbuilder.lock.json"):
+    with pytest.raises(LockDirError, match=r"has no envbuilder\.lock\.json"):
         read_record(tmp_path / "nowhere")
 
 
