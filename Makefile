@@ -44,9 +44,46 @@ integration: setup host
 	$(BIN)/pytest -m integration $(PYTEST_ARGS)
 
 # ---- images and artifacts (issue owners: build / export / certify) ---------------
+# image: BASE=IMAGE builds on another base (e.g. BASE=envbuilder/test-base:bookworm where no CUDA
+# image can be pulled), TARGET=builder stops after stage 2, BUILD_OPTS passes more `build` options.
 image: setup host
 	test -f $(LOCKDIR)/uv.lock || $(ENVB) lock --nemo $(NEMO) -o $(LOCKDIR)
-	$(ENVB) build $(LOCKDIR) --tag $(TAG)
+	$(if $(filter envbuilder/test-base:%,$(BASE)),$(BIN)/python -m envbuilder.build.baseimage --tag $(BASE))
+	$(ENVB) build $(LOCKDIR) --tag $(TAG) $(if $(BASE),--base $(BASE)) $(if $(TARGET),--target $(TARGET)) $(BUILD_OPTS)
+
+# image-smoke: the test-only smoke row on the bootstrapped Debian base (mmdebstrap + docker import);
+# the local CPU torch wheel is used when /opt/wheels has it, else PyPI's torch.
+image-smoke: setup host
+	$(BIN)/python -m envbuilder.build.baseimage
+	test -f build/smoke/uv.lock || $(ENVB) lock --nemo smoke -o build/smoke --no-detect \
+		$(if $(wildcard /opt/wheels/torch-*.whl),--find-links /opt/wheels)
+	$(ENVB) build build/smoke --tag envbuilder/smoke:latest $(BUILD_OPTS)
+
+# dockerfile: regenerate /Dockerfile from templates/Dockerfile.hermetic.j2 (a test fails when stale)
+dockerfile: setup
+	$(BIN)/python -m envbuilder.build.render
+
+# export (issue 5): build the image first only when the engine lacks it
+ARTIFACT ?= build/nemo-$(NEMO)
+EXPORT_ARGS ?=
+sqsh: setup host
+	docker image inspect $(TAG) >/dev/null 2>&1 || $(MAKE) image
+	mkdir -p $(dir $(ARTIFACT))
+	$(ENVB) export $(TAG) --format sqsh -o $(ARTIFACT).sqsh $(if $(wildcard $(LOCKDIR)/envbuilder.lock.json),--lock $(LOCKDIR)) $(EXPORT_ARGS)
+
+sif: setup host
+	docker image inspect $(TAG) >/dev/null 2>&1 || $(MAKE) image
+	mkdir -p $(dir $(ARTIFACT))
+	$(ENVB) export $(TAG) --format sif -o $(ARTIFACT).sif $(if $(wildcard $(LOCKDIR)/envbuilder.lock.json),--lock $(LOCKDIR)) $(EXPORT_ARGS)
+
+# certify (issue 6): LEVEL=0 needs no GPU, 1 one GPU, 2 several. CERTIFY_ARGS picks the environment
+# (default the image $(TAG); or --sqsh F, --sif F, --venv DIR, --in-place; add --cpu for a GPU-less run).
+LEVEL ?= 1
+CERT_DIR ?= build/cert-$(NEMO)
+CERTIFY_ARGS ?= --image $(TAG)
+certify: setup
+	$(ENVB) certify $(CERTIFY_ARGS) --level $(LEVEL) -o $(CERT_DIR) \
+		$(if $(wildcard $(LOCKDIR)/envbuilder.lock.json),--lock $(LOCKDIR))
 
 clean:
 	rm -rf build .pytest_cache .mypy_cache .ruff_cache

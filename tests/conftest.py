@@ -154,3 +154,32 @@ def smoke_image(debian_base_image: str, smoke_lockdir: Path) -> str:
                            "--no-scan", "--json"], timeout=3600)
     assert json.loads(out)["tag"] == tag
     return tag
+
+
+# --- certify fixtures (issue 6) ---
+CERTIFY_TORCH = "torch==2.13.0"
+
+
+@pytest.fixture(scope="session")
+def certify_torch_venv(tmp_path_factory: pytest.TempPathFactory, uv_bin: str) -> Path:
+    """A venv with CPU torch for the certify CPU tests (the test venv itself has no torch).
+
+    Uses the local wheel in /opt/wheels when present; a fresh machine falls back to PyPI's
+    torch (the CUDA build, ~3 GB). Skips with the reason when neither can be installed.
+    """
+    import subprocess
+    import sys
+
+    venv = tmp_path_factory.mktemp("certify-torch") / "venv"
+    made = subprocess.run([uv_bin, "venv", "-q", "--python", sys.executable, str(venv)],
+                          capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"uv venv failed: {made.stderr.strip()[-300:]}")
+    cmd = [uv_bin, "pip", "install", "-q", "--python", str(venv / "bin" / "python"), CERTIFY_TORCH]
+    if SMOKE_TORCH_WHEELS.is_dir():
+        cmd += ["--find-links", str(SMOKE_TORCH_WHEELS)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+    if done.returncode != 0:
+        pytest.skip(f"cannot install {CERTIFY_TORCH} (no /opt/wheels wheel and PyPI failed): "
+                    f"{done.stderr.strip()[-300:]}")
+    return venv

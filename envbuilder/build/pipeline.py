@@ -1,0 +1,304 @@
+"""`envbuilder build LOCKDIR`: lock dir -> bases -> Dockerfile -> context -> BuildKit -> checks."""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from envbuilder import __version__
+from envbuilder.atomic import write_atomic
+from envbuilder.build import engine, layerscan
+from envbuilder.build.buildlog import BuildLog, Step
+from envbuilder.build.context import assemble, uv_binary, uv_version
+from envbuilder.build.images import BaseChoice, choose_bases
+from envbuilder.build.lockdir import LockDir, load_lockdir
+from envbuilder.build.render import (
+    RenderValues,
+    default_arch_list,
+    default_jobs,
+    normalize_arch_list,
+    render_dockerfile,
+)
+from envbuilder.build.secrets import SecretSpec, check_ca_bundle, proxy_settings, secret_files
+from envbuilder.errors import BuildFailedError, InvalidOptionError, SecretLeakError
+from envbuilder.paths import REPO_ROOT
+from envbuilder.troubleshoot import troubleshoot
+
+TARGETS = ("stage1", "builder", "runtime")
+LOG_TAIL = 30
+
+
+@dataclass
+class BuildOptions:
+    lockdir: Path
+    tag: str | None = None
+    base: str | None = None
+    mode: str | None = None
+    arch_list: str | None = None
+    jobs: int | None = None
+    target: str = "runtime"
+    python: str | None = None
+    ca_bundle: Path | None = None
+    secrets: list[SecretSpec] = field(default_factory=list)
+    no_cache: bool = False
+    pull: bool = True
+    scan: bool = True
+    log_file: Path | None = None
+
+
+def default_tag(lock: LockDir, target: str) -> str:
+    suffix = "" if target == "runtime" else f"-{target}"
+    return f"envbuilder/{lock.row.lower()}:{lock.lock_sha256[:12]}{suffix}"
+
+
+def _minor(version: str) -> str:
+    parts = str(version).split(".")
+    return ".".join(parts[:2]) if len(parts) >= 2 else str(version)
+
+
+def target_python(lock: LockDir) -> str:
+    py = str(lock.target.get("python") or "")
+    if not py or py in ("unknown", "none"):
+        raise InvalidOptionError("the lock record names no target Python", "pass --python X.Y")
+    return _minor(py)
+
+
+def probe_python(c: Any, image: str) -> str | None:
+    """major.minor of `python3` in an image, or None when it has none."""
+    try:
+        cmd = ["python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"]
+        status, out = engine.run_in_image(c, image, cmd, timeout=120)
+    except Exception:
+        return None
+    return out.strip().splitlines()[-1] if status == 0 and out.strip() else None
+
+
+def git_revision() -> str:
+    try:
+        out = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
+    except OSError:
+        return "unknown"
+    return out.stdout.strip() if out.returncode == 0 else "unknown"
+
+
+def _advice_for(log: BuildLog) -> tuple[str, str | None]:
+    text = "\n".join(log.raw)
+    advice = troubleshoot(text)
+    if advice is None:
+        return "", None
+    return advice.cause, advice.fix
+
+
+def _show(console: Console, step: Step) -> None:
+    title = escape(step.short[:150])
+    if step.status == "cached":
+        console.print(f"  [dim]cached[/]  {title}")
+    elif step.status == "done":
+        secs = f"{step.seconds:.1f}s" if step.seconds is not None else ""
+        console.print(f"  [green]done[/] {secs:>7}  {title}")
+    elif step.status == "error":
+        console.print(f"  [red]FAILED[/]  {title}")
+
+
+def build_image(opts: BuildOptions, console: Console) -> dict[str, Any]:
+    t0 = time.monotonic()
+    lock = load_lockdir(opts.lockdir)
+    mode = opts.mode or lock.mode
+    if mode != lock.mode:
+        raise InvalidOptionError(
+            f"--mode {mode} but the lock was made for {lock.mode} (its overrides differ: "
+            f"{'torch comes from the container' if lock.mode == 'ngc-base' else 'torch is in the lock'})",
+            f"re-lock with --mode {mode}, or build without --mode")
+    if opts.target not in TARGETS:
+        raise InvalidOptionError(f"--target {opts.target!r}", "use stage1, builder or runtime")
+    warnings: list[str] = []
+
+    c = engine.client()
+    cli = engine.buildkit_cli()
+    bases: BaseChoice = choose_bases(lock.target, mode, opts.base)
+    engine.ensure_base(c, bases.builder, pull=opts.pull)
+    if bases.runtime != bases.builder:
+        engine.ensure_base(c, bases.runtime, pull=opts.pull)
+    if (w := bases.warning()) is not None:
+        warnings.append(w)
+
+    want_py = _minor(opts.python) if opts.python else target_python(lock)
+    if opts.python and want_py != target_python(lock):
+        warnings.append(f"--python {want_py} differs from the lock's target Python {target_python(lock)}; "
+                        "uv.lock is universal so it installs, but the image is not the locked target")
+    python_from = bases.python_from
+    if python_from == "probe":
+        python_from = "system" if probe_python(c, bases.builder) == want_py else "uv"
+
+    cuda = str(lock.target.get("cuda") or "none")
+    arch_list = normalize_arch_list(opts.arch_list) if opts.arch_list else (
+        default_arch_list(cuda) if cuda not in ("none", "unknown") else "")
+    jobs = opts.jobs if opts.jobs else default_jobs()
+    if jobs < 1:
+        raise InvalidOptionError(f"--jobs {jobs}", "pass a positive number of compile jobs")
+
+    ca_bundle = check_ca_bundle(opts.ca_bundle) if opts.ca_bundle is not None else None
+    proxy_args, proxy_secrets = proxy_settings()
+    tag = opts.tag or default_tag(lock, opts.target)
+    uv = uv_binary()
+    uv_ver = uv_version(uv)
+    lock_uv = str(lock.record.get("uv_version", "unknown"))
+    if lock_uv not in ("unknown", uv_ver):
+        warnings.append(f"the lock was made with uv {lock_uv}; this envbuilder ships uv {uv_ver}")
+
+    sde = lock.source_date_epoch
+    created = datetime.fromtimestamp(sde, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    build_args = {
+        "BUILDER_BASE": bases.builder, "RUNTIME_BASE": bases.runtime, "PYTHON": want_py,
+        "PYTHON_FROM": python_from, "TORCH_CUDA_ARCH_LIST": arch_list,
+        "NVTE_CUDA_ARCHS": ";".join(a.replace("+PTX", "").replace(".", "") for a in arch_list.split(";") if a),
+        "MAX_JOBS": str(jobs), "SOURCE_DATE_EPOCH": str(sde), "ENVBUILDER_CREATED": created,
+        "ENVBUILDER_VERSION": __version__, "ENVBUILDER_REVISION": git_revision(), "ENVBUILDER_ROW": lock.row,
+        "ENVBUILDER_LOCK_SHA256": lock.lock_sha256, "ENVBUILDER_BASE": bases.runtime, **proxy_args,
+    }
+    for w in warnings:
+        console.print(f"[yellow]warning:[/] {w}")
+    console.print(f"build {lock.row} ({mode}) -> {tag}  target={opts.target}  base={bases.builder}"
+                  f"  python={want_py} ({python_from})  jobs={jobs}  arch={arch_list or '-'}")
+
+    log = BuildLog()
+    with tempfile.TemporaryDirectory(prefix="envbuilder-ctx-") as tmp, \
+            secret_files(ca_bundle, opts.secrets, proxy_secrets) as (secret_argv, secret_ids):
+        ctx = Path(tmp)
+        dockerfile = render_dockerfile(RenderValues(
+            mode=mode, builder_base=bases.builder, runtime_base=bases.runtime, python=want_py,
+            python_from=python_from, arch_list=arch_list, jobs=jobs, secret_ids=tuple(secret_ids)))
+        files = assemble(ctx, lock, dockerfile, uv)
+        iidfile = ctx / ".iid"
+        argv = [cli, "build", "--progress=plain", "--target", opts.target, "-t", tag, "--iidfile", str(iidfile),
+                *secret_argv]
+        for k, v in sorted(build_args.items()):
+            argv += ["--build-arg", f"{k}={v}"]
+        if opts.no_cache:
+            argv.append("--no-cache")
+        argv.append(".")
+
+        shown: set[int] = set()
+        t_build = time.monotonic()
+        with console.status("building (BuildKit, plain progress)...", spinner="dots") as spinner:
+
+            def on_line(line: str) -> None:
+                step = log.feed(line)
+                if step is None or step.name == "internal":
+                    return
+                if step.status == "running":
+                    last = step.lines[-1] if step.lines else ""
+                    spinner.update(escape(f"{step.short[:70]}  {last[:70]}"))
+                elif step.id not in shown:
+                    shown.add(step.id)
+                    _show(console, step)
+
+            rc = engine.run_build(argv, ctx, on_line)
+        build_seconds = time.monotonic() - t_build
+        image_id = iidfile.read_text().strip() if rc == 0 and iidfile.exists() else None
+
+    if opts.log_file is not None:
+        write_atomic(opts.log_file, "\n".join(log.raw) + "\n")
+    if rc != 0 or image_id is None:
+        failed = log.failed_step()
+        fd, log_path = tempfile.mkstemp(prefix=f"envbuilder-build-{lock.row}-", suffix=".log")
+        with open(fd, "w", encoding="utf-8") as fh:
+            fh.write("\n".join(log.raw) + "\n")
+        tail = log.tail(LOG_TAIL)
+        cause, fix = _advice_for(log)
+        where = failed.short if failed else (log.solve_error or "the build")
+        console.print(f"[red]build failed at[/] {escape(where)}")
+        for ln in tail:
+            console.print(f"  | {ln}", markup=False)
+        raise BuildFailedError(
+            f"docker build failed at {where}" + (f": {cause}" if cause else ""),
+            fix or f"see the last lines above and the full log at {log_path}",
+            step=failed.short if failed else None, log_tail=tail, log=log_path)
+
+    attrs = engine.inspect(c, image_id)
+    labels = dict((attrs.get("Config") or {}).get("Labels") or {})
+    result: dict[str, Any] = {
+        "tag": tag, "image_id": image_id, "row": lock.row, "mode": mode, "target": opts.target,
+        "lock_sha256": lock.lock_sha256, "base": {"builder": bases.builder, "runtime": bases.runtime,
+                                                   "digest_pinned": bases.digest_pinned, "from": bases.source},
+        "python": {"version": want_py, "from": python_from}, "arch_list": arch_list, "jobs": jobs,
+        "size_bytes": int(attrs.get("Size", 0)), "labels": labels, "context_files": files,
+        "steps": log.summary(), "build_seconds": round(build_seconds, 1), "warnings": warnings,
+        "secrets": {"ca_bundle": ca_bundle is not None, "ids": sorted(secret_ids)},
+    }
+    if opts.target == "stage1":
+        result["import_check"] = "skipped: stage 1 alone lacks the stage-2 modules its packages import"
+    elif opts.target == "builder":
+        # the runtime stage checks imports during the build; the builder target gets it here
+        status, out = engine.run_in_image(c, image_id, ["/opt/venv/bin/python",
+                                                        "/opt/envbuilder/tools/import_check.py"])
+        result["import_check"] = "passed" if status == 0 else "failed"
+        result["import_check_report"] = [ln for ln in out.splitlines() if ln.startswith("import-check")]
+        if status != 0:
+            tail = out.strip().splitlines()[-LOG_TAIL:]
+            raise BuildFailedError("the import check failed in the builder image",
+                                   "see the failing modules above; certify level 0 shows the same",
+                                   step="import check", log_tail=tail)
+    else:
+        check = log.step_matching("runtime", "import_check.py")
+        result["import_check"] = "passed" if check is not None else "not-run"
+        if check is not None:
+            result["import_check_report"] = [ln for ln in check.lines if ln.startswith("import-check")]
+    if opts.scan:
+        result["secret_scan"] = scan_image(c, image_id, ca_bundle, opts.secrets, proxy_secrets, console)
+    result["total_seconds"] = round(time.monotonic() - t0, 1)
+    console.print(f"[green]built[/] {tag}  {image_id[:19]}  {result['size_bytes'] / 1e9:.2f} GB  "
+                  f"in {result['build_seconds']:.0f}s")
+    return result
+
+
+def secret_needles(ca_bundle: Path | None, specs: list[SecretSpec],
+                   proxy_secrets: dict[str, str]) -> dict[str, bytes]:
+    import os
+
+    needles: dict[str, bytes] = {}
+    if ca_bundle is not None:
+        needles.update(layerscan.ca_needles(ca_bundle.read_bytes()))
+    for spec in specs:
+        raw = os.environ.get(spec.env or "", "").encode() if spec.env else (spec.src or Path()).read_bytes()
+        if len(raw.strip()) >= 8:  # shorter values match by chance
+            needles[f"secret:{spec.id}"] = raw.strip()
+    for var, pval in proxy_secrets.items():
+        needles[f"proxy:{var}"] = pval.encode()
+    return needles
+
+
+def scan_image(c: Any, image: str, ca_bundle: Path | None, specs: list[SecretSpec],
+               proxy_secrets: dict[str, str], console: Console) -> dict[str, Any]:
+    """Scan the built image's own layers; SecretLeakError if a secret is found in one."""
+    needles = secret_needles(ca_bundle, specs, proxy_secrets)
+    if not needles:
+        return {"needles": 0, "findings": []}
+    t = time.monotonic()
+    with console.status(f"scanning image layers for {len(needles)} secret values...", spinner="dots"):
+        findings, stats = layerscan.scan_saved_image(engine.save_stream(c, image), needles)
+    base_layers: set[str] = set()
+    attrs = engine.inspect(c, image)
+    # Findings in the base's own layers are the base's business (e.g. a public root it ships);
+    # those in layers this build added are leaks.
+    parent = (attrs.get("Config") or {}).get("Labels", {}) or {}
+    base_ref = parent.get("org.opencontainers.image.base.name")
+    if base_ref and engine.image_exists(c, base_ref):
+        base_layers = set(engine.inspect(c, base_ref).get("RootFS", {}).get("Layers", []))
+    leaks = [f for f in findings if f.layer not in base_layers]
+    report = {"needles": len(needles), **stats, "seconds": round(time.monotonic() - t, 1),
+              "findings": [f.__dict__ for f in leaks]}
+    if leaks:
+        first = leaks[0]
+        raise SecretLeakError(f"secret {first.needle} found in image layer {first.layer[:19]} at /{first.path}",
+                              "mount secrets only with RUN --mount=type=secret; never COPY them or write them "
+                              "to files", findings=report["findings"])
+    return report

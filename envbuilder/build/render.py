@@ -1,0 +1,147 @@
+"""Render Dockerfiles from templates/Dockerfile.<mode>.j2 (jinja2).
+
+The template holds the structure; per-lock values (bases, Python, arch list, jobs, labels)
+are Dockerfile ARGs whose defaults are rendered in and which the build also passes with
+--build-arg. The stage-2 environment is read from the lock record inside the build
+(tools/stage2_env.py), so one template serves every lock, and the top-level Dockerfile is
+this same template rendered for a repository-root context (render_toplevel).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jinja2
+
+from envbuilder.errors import InvalidOptionError
+from envbuilder.paths import templates_dir
+
+MODES = ("hermetic", "ngc-base")
+# A100, A10/RTX 30xx, L40/RTX 40xx, H100/H200; B200 (10.0) needs CUDA >= 12.8.
+DEFAULT_ARCHS = ("8.0", "8.6", "8.9", "9.0")
+_SECRET_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+@dataclass(frozen=True)
+class RenderValues:
+    mode: str
+    builder_base: str
+    runtime_base: str
+    python: str
+    python_from: str                     # "system" | "uv"
+    arch_list: str                       # TORCH_CUDA_ARCH_LIST form: "8.0;9.0"
+    jobs: int
+    secret_ids: tuple[str, ...] = ()     # besides "ca", always mounted
+    lock_src: str = "lock"                # pyproject.toml, uv.lock, wheels/
+    record_src: str = "record/envbuilder.lock.json"
+    uv_src: str = "tools/uv"
+    tools_src: str = "tools/envbuilder"
+    lockdir_arg: str | None = None       # top-level Dockerfile: ARG LOCKDIR default
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def nvte_archs(self) -> str:
+        return nvte_archs(self.arch_list)
+
+
+def normalize_arch_list(spec: str) -> str:
+    """'sm_80,sm_90' / '80 90' / '8.0;9.0+PTX' -> '8.0;9.0' / '8.0;9.0+PTX' (torch's form)."""
+    out: list[str] = []
+    for raw in re.split(r"[;,\s]+", spec.strip()):
+        if not raw:
+            continue
+        tok = raw.lower().removeprefix("sm_").removeprefix("sm")
+        ptx = tok.endswith("+ptx")
+        tok = tok.removesuffix("+ptx")
+        m = re.fullmatch(r"(\d+)\.(\d)|(\d+)(\d)a?", tok)
+        if not m:
+            raise InvalidOptionError(f"--arch-list: {raw!r} is not a CUDA arch (use 8.0;9.0 or sm_80,sm_90)",
+                                     "pass compute capabilities such as 8.0;9.0")
+        major, minor = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
+        item = f"{int(major)}.{minor}" + ("+PTX" if ptx else "")
+        if item not in out:
+            out.append(item)
+    return ";".join(out)
+
+
+def nvte_archs(arch_list: str) -> str:
+    """Transformer Engine's NVTE_CUDA_ARCHS form: '8.0;9.0' -> '80;90'."""
+    return ";".join(a.replace("+PTX", "").replace(".", "") for a in arch_list.split(";") if a)
+
+
+def default_arch_list(cuda: str) -> str:
+    archs = list(DEFAULT_ARCHS)
+    try:
+        major, minor = (int(x) for x in cuda.split(".")[:2])
+        if (major, minor) >= (12, 8):
+            archs.append("10.0")
+    except ValueError:
+        pass
+    return ";".join(archs)
+
+
+def default_jobs() -> int:
+    """Parallel compile jobs: one per core, at most one per 4 GiB (flash-attn's nvcc needs ~4 GiB)."""
+    cpus = os.cpu_count() or 1
+    try:
+        mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError):
+        return cpus
+    return max(1, min(cpus, int(mem_gib // 4)))
+
+
+def _env(tdir: Path) -> jinja2.Environment:
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(tdir)), undefined=jinja2.StrictUndefined,
+                              keep_trailing_newline=True, autoescape=False)
+
+
+def render_dockerfile(values: RenderValues, tdir: Path | None = None) -> str:
+    if values.mode not in MODES:
+        raise InvalidOptionError(f"--mode {values.mode!r} is not one of {', '.join(MODES)}", "use hermetic or ngc-base")
+    for sid in values.secret_ids:
+        if not _SECRET_ID.match(sid) or sid == "ca":
+            raise InvalidOptionError(f"secret id {sid!r} is not usable", "use letters, digits and _ (not 'ca')")
+    template = _env(tdir or templates_dir()).get_template(f"Dockerfile.{values.mode}.j2")
+    text = template.render(
+        mode=values.mode, builder_base=values.builder_base, runtime_base=values.runtime_base,
+        python=values.python, python_from=values.python_from, arch_list=values.arch_list or '""',
+        nvte_archs=values.nvte_archs or '""', jobs=values.jobs, secret_ids=sorted(values.secret_ids),
+        lock_src=values.lock_src, record_src=values.record_src, uv_src=values.uv_src, tools_src=values.tools_src,
+        lockdir_arg=values.lockdir_arg, **values.extra,
+    )
+    return "\n".join(line.rstrip() for line in text.splitlines()) + "\n"
+
+
+# Paths of the top-level Dockerfile's build context: the repository root after `make setup`.
+TOPLEVEL_UV = ".venv/bin/uv"
+TOPLEVEL_TOOLS = "envbuilder/build/tools"
+
+
+def render_toplevel(builder_base: str, runtime_base: str, python: str = "3.12",
+                    lockdir: str = "build/v2.3.0", tdir: Path | None = None) -> str:
+    """The repository's /Dockerfile: the hermetic template for a repo-root context."""
+    values = RenderValues(
+        mode="hermetic", builder_base=builder_base, runtime_base=runtime_base, python=python,
+        python_from="uv", arch_list=default_arch_list("12.8"), jobs=4,
+        lock_src="${LOCKDIR}", record_src="${LOCKDIR}/envbuilder.lock.json", uv_src=TOPLEVEL_UV,
+        tools_src=TOPLEVEL_TOOLS, lockdir_arg=lockdir,
+    )
+    return render_dockerfile(values, tdir)
+
+
+def write_toplevel(path: Path | None = None) -> Path:
+    """Regenerate the repository's /Dockerfile (`make dockerfile`)."""
+    from envbuilder.atomic import write_atomic
+    from envbuilder.build.images import default_bases
+    from envbuilder.paths import REPO_ROOT
+
+    target = path or REPO_ROOT / "Dockerfile"
+    write_atomic(target, render_toplevel(*default_bases()))
+    return target
+
+
+if __name__ == "__main__":
+    print(write_toplevel())

@@ -1,0 +1,1 @@
+"""Scripts copied into images and run there: standard library only, no envbuilder imports."""

@@ -1,0 +1,141 @@
+"""`python -m envbuilder.certify`: run the checks inside this interpreter's environment.
+
+Only the standard library and torch are needed. Exit status: 0 certificate passed,
+50 a check failed, 2 bad usage (the host wrappers map these onto envbuilder's errors).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+from envbuilder.certify import CERT_NAME
+from envbuilder.certify.expect import load_expectations
+from envbuilder.certify.result import FAIL, PASS, SKIPPED, Check
+
+EXIT_FAILED = 50
+GROUPS = ("drift", "imports", "torch-build", "driver", "arch", "kernels", "gemm", "pretrain", "mcore", "nemo",
+          "nccl", "parallel")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m envbuilder.certify", description=__doc__)
+    ap.add_argument("--level", type=int, choices=[0, 1, 2], default=1)
+    ap.add_argument("--expect", type=Path, help="expectations JSON written by `envbuilder certify` from a lock")
+    ap.add_argument("-o", "--out", type=Path, help="write certificate.json, report.md and loss SVGs here")
+    ap.add_argument("--json", action="store_true", help="print the certificate JSON on stdout")
+    ap.add_argument("--cpu", action="store_true",
+                    help="no GPU: run level 0 and a torch-only GPT pretrain on CPU (gloo, DP=2)")
+    ap.add_argument("--only", default="", help=f"comma-separated check groups: {', '.join(GROUPS)}")
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--gpus", type=int, default=0, help="level 2: GPUs to use (default: all visible)")
+    ap.add_argument("--logs", type=Path, help="keep worker logs here (default: a temporary directory)")
+    ap.add_argument("--timestamp", help="record this creation time (the certificate has none by default)")
+    return ap.parse_args(argv)
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def run_checks(a: argparse.Namespace, workdir: Path) -> tuple[list[Check], dict, str | None]:
+    from envbuilder.certify.gpu import check_arch, check_driver, check_gemm, gpu_facts
+    from envbuilder.certify.level0 import run_level0
+
+    exp = load_expectations(a.expect)
+    only = {g.strip() for g in a.only.split(",") if g.strip()} or None
+    unknown = (only or set()) - set(GROUPS)
+    if unknown:
+        raise SystemExit(f"--only: unknown group(s) {sorted(unknown)}; choose from {', '.join(GROUPS)}")
+
+    def want(group: str) -> bool:
+        return only is None or group in only
+
+    try:
+        import torch
+
+        torch_version: str | None = torch.__version__
+    except Exception:
+        torch_version = None
+    facts = gpu_facts() if torch_version else {"driver": None, "gpus": [], "count": 0}
+    checks = run_level0(exp, only & {"drift", "imports", "torch-build"} if only else None,
+                        gpu_visible=facts["count"] > 0)
+    for c in checks:
+        log(f"  {c.status:13s} {c.name}")
+
+    def add(c: Check) -> None:
+        checks.append(c)
+        log(f"  {c.status:13s} {c.name}" + (f"  ({c.detail})" if c.detail and c.status != PASS else ""))
+
+    if a.level >= 1 and a.cpu:
+        from envbuilder.certify.pretrain import cpu_pretrain
+
+        for g in ("driver", "arch", "kernels", "gemm"):
+            if want(g):
+                add(Check(g, 1, SKIPPED, None, None, detail="--cpu: no GPU checks"))
+        if want("pretrain") and torch_version:
+            add(cpu_pretrain(workdir, a.steps))
+    elif a.level >= 1:
+        from envbuilder.certify.pretrain import gpu_torch_pretrain, mcore_pretrain, nemo_smoke
+
+        if want("driver"):
+            add(check_driver(exp, facts))
+        if want("arch"):
+            add(check_arch(exp, facts))
+        if facts["count"] == 0:
+            add(Check("gpu", 1, FAIL, facts.get("error"), ">= 1 CUDA device visible to torch",
+                      advice="no GPU visible; fix: docker --gpus all / apptainer --nv, or use --cpu"))
+        else:
+            if want("kernels"):
+                from envbuilder.certify.kernels import run_kernel_probes
+
+                for c in run_kernel_probes(exp):
+                    add(c)
+            if want("gemm"):
+                add(check_gemm(exp, facts))
+            if want("pretrain"):
+                add(gpu_torch_pretrain(workdir, a.steps))
+            if want("mcore"):
+                add(mcore_pretrain(exp, workdir, a.steps))
+            if want("nemo"):
+                add(nemo_smoke(exp, workdir, a.steps))
+    if a.level >= 2:
+        from envbuilder.certify.pretrain import run_parallel_variants
+
+        gpus = min(a.gpus or facts["count"], facts["count"])
+        if gpus < 2:
+            add(Check("gpu-count", 2, FAIL, gpus, ">= 2 GPUs for level 2",
+                      advice="level 2 needs at least 2 visible GPUs"))
+        elif want("nccl") or want("parallel"):
+            for c in run_parallel_variants(exp, workdir, gpus, a.steps):
+                add(c)
+    return checks, facts, torch_version
+
+
+def main(argv: list[str] | None = None) -> int:
+    from envbuilder.certify.report import build_certificate, dumps, write_outputs
+
+    a = parse_args(argv)
+    log(f"envbuilder certify: level {a.level}" + (" (--cpu)" if a.cpu else ""))
+    if a.logs:
+        a.logs.mkdir(parents=True, exist_ok=True)
+        checks, facts, tv = run_checks(a, a.logs)
+    else:
+        with tempfile.TemporaryDirectory(prefix="envbuilder-certify-") as tmp:
+            checks, facts, tv = run_checks(a, Path(tmp))
+    exp = load_expectations(a.expect)
+    cert = build_certificate(exp, facts, checks, a.level, tv, a.timestamp)
+    if a.out:
+        write_outputs(cert, a.out)
+        log(f"wrote {a.out / CERT_NAME}")
+    if a.json:
+        sys.stdout.write(dumps(cert))
+        sys.stdout.flush()
+    log(f"certificate: {cert['status'].upper()} ({cert['summary']})")
+    return 0 if cert["status"] != FAIL else EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,159 @@
+"""Host side: turn a lock directory into the expectations JSON the environment checks against.
+
+The environment only needs the standard library to read it: {name: version} of every
+package uv installs on the target platform (evaluated from `uv export` markers), the
+target's torch/CUDA/ABI/driver/arch facts, and GPU datasheet rates for the GEMM probe.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from envbuilder.certify.expect import EXPECT_SCHEMA, normalize
+from envbuilder.errors import LockDirError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+def _marker_env(python: str) -> dict[str, str]:
+    major_minor = ".".join(python.split(".")[:2])
+    return {"python_version": major_minor, "python_full_version": f"{major_minor}.0",
+            "sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64",
+            "os_name": "posix", "implementation_name": "cpython", "platform_python_implementation": "CPython",
+            "platform_release": "", "platform_version": "", "implementation_version": f"{major_minor}.0",
+            "extra": ""}
+
+
+def installed_names(lockdir: Path, python: str, uv_bin: str) -> set[str] | None:
+    """Names uv installs on linux-x86_64 for `python` (stage 1 + the compile extra); None if uv fails."""
+    from packaging.markers import Marker
+
+    env = _marker_env(python)
+    for extra in (["--extra", "compile"], []):
+        proc = subprocess.run(
+            [uv_bin, "export", "--frozen", "--no-hashes", "--no-emit-project", "--no-header", "--no-annotate",
+             "--format", "requirements-txt", *extra, "--project", str(lockdir)],
+            capture_output=True, text=True)
+        if proc.returncode == 0:
+            break
+    else:
+        return None
+    names: set[str] = set()
+    for line in proc.stdout.splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", "-")):
+            continue
+        req, _, marker = line.partition(";")
+        name = req.split("==")[0].split(" @ ")[0].split("[")[0].strip()
+        if marker.strip() and not Marker(marker.strip()).evaluate(env):
+            continue
+        names.add(normalize(name))
+    return names
+
+
+def locked_packages(lockdir: Path, python: str, uv_bin: str) -> dict[str, str]:
+    from envbuilder.lock.uvlock import read_uv_lock
+
+    pkgs = {normalize(p.name): p.version for p in read_uv_lock(lockdir / "uv.lock")
+            if p.version and not ({"virtual", "editable"} & set(p.source))}
+    names = installed_names(lockdir, python, uv_bin)
+    return {n: v for n, v in pkgs.items() if names is None or n in names}
+
+
+def datasheet(matrices: Path) -> list[dict[str, Any]]:
+    """[{names, bf16_dense_tflops}] from matrices/gpus.toml (empty when the file is absent)."""
+    path = matrices / "gpus.toml"
+    if not path.exists():
+        return []
+    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    out = []
+    for g in data.get("gpu", []):
+        tf = g.get("bf16_dense_tflops")
+        tf = tf.get("value") if isinstance(tf, dict) else tf
+        if not isinstance(tf, (int, float)):
+            continue
+        aliases = g.get("aliases", [])
+        aliases = aliases.get("value", []) if isinstance(aliases, dict) else aliases
+        name = g.get("name")
+        name = name.get("value") if isinstance(name, dict) else name
+        out.append({"names": sorted({str(name), *map(str, aliases)}), "bf16_dense_tflops": float(tf)})
+    return sorted(out, key=lambda e: e["names"])
+
+
+def torch_cxx11_abi(matrices: Path, torch_version: str | None) -> bool | None:
+    path = matrices / "torch.toml"
+    if not torch_version or not path.exists():
+        return None
+    public = torch_version.split("+")[0]
+    for t in tomllib.loads(path.read_text(encoding="utf-8")).get("torch", []):
+        v = t.get("version")
+        v = v.get("value") if isinstance(v, dict) else v
+        if v == public:
+            abi = t.get("cxx11_abi")
+            abi = abi.get("value") if isinstance(abi, dict) else abi
+            return abi if isinstance(abi, bool) else None
+    return None
+
+
+def read_lock(lockdir: Path, strict: bool = True) -> dict[str, Any]:
+    """The lock record (hash-verified), or a minimal one for a bare uv.lock directory.
+
+    strict=False is for a lock copied out of an image: its local wheels/ stay behind, so only
+    pyproject.toml and uv.lock are checked against the record.
+    """
+    from envbuilder.lock.record import sha256_file
+
+    lockdir = Path(lockdir)
+    if not (lockdir / "uv.lock").exists():
+        raise LockDirError(f"{lockdir} has no uv.lock", "pass the directory written by `envbuilder lock`")
+    if (lockdir / "envbuilder.lock.json").exists():
+        from envbuilder.lock.record import read_record
+
+        record = read_record(lockdir, verify=strict)
+        if not strict:
+            for name in ("pyproject.toml", "uv.lock"):
+                want = record.get("files", {}).get(name)
+                if want and sha256_file(lockdir / name) != want:
+                    raise LockDirError(f"{lockdir}: {name} does not match its record", "rebuild the image")
+        return record
+    return {"lock_sha256": sha256_file(lockdir / "uv.lock"), "row": None, "target": {}, "stage2_env": {}}
+
+
+def expectations_from_lock(lockdir: Path, *, uv_bin: str, matrices: Path, artifact: dict[str, Any],
+                           python: str | None = None, strict: bool = True) -> dict[str, Any]:
+    record = read_lock(lockdir, strict)
+    target = dict(record.get("target") or {})
+    py = python or str(target.get("python") or f"{sys.version_info[0]}.{sys.version_info[1]}")
+    packages = locked_packages(Path(lockdir), py, uv_bin)
+    torch_v = packages.get("torch") or target.get("torch")
+    arch = (record.get("stage2_env") or {}).get("TORCH_CUDA_ARCH_LIST") or (record.get("inputs") or {}).get(
+        "arch_list")
+    return {
+        "schema": EXPECT_SCHEMA,
+        "lock_sha256": record["lock_sha256"],
+        "row": record.get("row"),
+        "packages": dict(sorted(packages.items())),
+        "target": {
+            "python": py, "torch": torch_v, "torch_variant": target.get("torch_variant"),
+            "cuda": target.get("cuda"), "min_driver": target.get("min_driver"),
+            "cxx11_abi": torch_cxx11_abi(matrices, torch_v), "arch_list": arch,
+        },
+        "nemo_locked": "nemo-toolkit" in packages,
+        "skip_imports": [],
+        "datasheet": datasheet(matrices),
+        "artifact": artifact,
+    }
+
+
+def expectations_without_lock(*, matrices: Path, artifact: dict[str, Any],
+                              target: dict[str, Any] | None = None) -> dict[str, Any]:
+    """No lock: drift and imports are skipped; the certificate binds to no lock (lock_sha256 null)."""
+    return {"schema": EXPECT_SCHEMA, "lock_sha256": None, "row": None, "packages": {},
+            "target": dict(target or {}), "nemo_locked": False, "skip_imports": [],
+            "datasheet": datasheet(matrices), "artifact": artifact}

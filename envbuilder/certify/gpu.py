@@ -1,0 +1,169 @@
+"""GPU facts, driver and architecture checks, and the bf16 GEMM throughput probe."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from typing import Any
+
+from envbuilder.certify.expect import Expectations
+from envbuilder.certify.result import FAIL, PASS, SKIPPED, Check
+
+#: GEMM shapes (m, n, k) tried for the measured peak; the probe shape is the first
+GEMM_SHAPES = [(8192, 8192, 8192), (16384, 8192, 8192), (8192, 16384, 8192), (8192, 8192, 16384),
+               (16384, 16384, 8192)]
+#: the probe shape must reach this fraction of the best shape (the card's measured peak)
+GEMM_MIN_OF_PEAK = 0.90
+#: and the measured peak this fraction of the datasheet dense bf16 rate, when it is known
+GEMM_MIN_OF_DATASHEET = 0.60
+
+
+def _driver_version() -> str | None:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            v = pynvml.nvmlSystemGetDriverVersion()
+            return v.decode() if isinstance(v, bytes) else str(v)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        pass
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        try:
+            out = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=30).stdout.split()
+            return out[0] if out else None
+        except Exception:
+            return None
+    return None
+
+
+def gpu_facts() -> dict[str, Any]:
+    """{driver, gpus: [{name, sm, memory_gib}], count}; count 0 when torch sees no CUDA device."""
+    facts: dict[str, Any] = {"driver": _driver_version(), "gpus": [], "count": 0}
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            for i in range(torch.cuda.device_count()):
+                p = torch.cuda.get_device_properties(i)
+                facts["gpus"].append({"name": p.name, "sm": f"{p.major}.{p.minor}",
+                                      "memory_gib": round(p.total_memory / 2**30, 1)})
+            facts["count"] = len(facts["gpus"])
+    except Exception as exc:
+        facts["error"] = str(exc)[:200]
+    return facts
+
+
+def _vkey(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in v.replace("-", ".").split(".") if x.isdigit())
+
+
+def check_driver(exp: Expectations, facts: dict[str, Any]) -> Check:
+    drv, need = facts.get("driver"), exp.target.get("min_driver")
+    thr = f">= {need}" if need else None
+    if not drv:
+        return Check("driver", 1, FAIL, None, thr, advice="no NVIDIA driver answered (NVML/nvidia-smi); fix: "
+                     "run on a GPU host, with --gpus all (docker) or --nv (apptainer)")
+    if not need or need == "unknown":
+        return Check("driver", 1, SKIPPED, drv, thr, detail="the lock states no minimum driver")
+    if _vkey(drv) >= _vkey(str(need)):
+        return Check("driver", 1, PASS, drv, thr)
+    return Check("driver", 1, FAIL, drv, thr, advice=f"the driver is older than the lock's CUDA needs; fix: "
+                 f"upgrade the driver to >= {need}, or lock with --driver {drv} (older CUDA)")
+
+
+def _sm_tokens(arch_list: Any) -> set[str]:
+    """'8.0;9.0+PTX' / ['sm_90a', '9.0'] -> {'8.0', '9.0'}."""
+    items = arch_list.replace(";", " ").replace(",", " ").split() if isinstance(arch_list, str) else arch_list
+    out = set()
+    for it in items or []:
+        s = str(it).lower().replace("+ptx", "").replace("sm_", "").replace("compute_", "").rstrip("af")
+        if "." not in s and s.isdigit():
+            s = f"{s[:-1]}.{s[-1]}"
+        out.add(s)
+    return out
+
+
+def check_arch(exp: Expectations, facts: dict[str, Any]) -> Check:
+    sms = sorted({g["sm"] for g in facts.get("gpus", [])})
+    arch = exp.target.get("arch_list")
+    source = "lock arch list"
+    if not arch:
+        try:
+            import torch
+
+            arch = torch.cuda.get_arch_list()
+            source = "torch's compiled arch list (the lock states none)"
+        except Exception:
+            arch = []
+    have = _sm_tokens(arch)
+    missing = [s for s in sms if s not in have]
+    measured = {"gpu_sm": sms, "arch_list": sorted(have), "source": source}
+    if not sms:
+        return Check("arch", 1, FAIL, measured, "GPU sm in the arch list", advice="no CUDA device visible")
+    if missing:
+        return Check("arch", 1, FAIL, measured, "GPU sm in the arch list",
+                     advice=f"kernels are not compiled for sm {', '.join(missing)} ('no kernel image'); "
+                            f"fix: add {', '.join(missing)} to --arch-list and rebuild")
+    return Check("arch", 1, PASS, measured, "GPU sm in the arch list")
+
+
+def _time_gemm(torch: Any, m: int, n: int, k: int, iters: int = 20) -> float:
+    """TFLOP/s of one bf16 m x k @ k x n product: median of `iters` event-timed runs after warm-up."""
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+    for _ in range(3):
+        torch.matmul(a, b)
+    times = []
+    for _ in range(iters):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        torch.matmul(a, b)
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e) / 1e3)
+    times.sort()
+    med = times[len(times) // 2]
+    del a, b
+    return 2 * m * n * k / med / 1e12
+
+
+def _warm_up(torch: Any, seconds: float = 1.5) -> None:
+    """Run GEMMs until the SM clock has ramped from idle (an idle H100 sits near 375 MHz)."""
+    import time
+
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for _ in range(20):
+            torch.matmul(a, a)
+        torch.cuda.synchronize()
+    del a
+
+
+def check_gemm(exp: Expectations, facts: dict[str, Any]) -> Check:
+    import torch
+
+    _warm_up(torch)
+    per_shape = {f"{m}x{n}x{k}": round(_time_gemm(torch, m, n, k), 1) for m, n, k in GEMM_SHAPES}
+    torch.cuda.empty_cache()
+    probe = per_shape[f"{GEMM_SHAPES[0][0]}x{GEMM_SHAPES[0][1]}x{GEMM_SHAPES[0][2]}"]
+    peak = max(per_shape.values())
+    name = facts["gpus"][0]["name"] if facts.get("gpus") else ""
+    sheet = exp.datasheet_tflops(name)
+    measured: dict[str, Any] = {"probe_tflops": probe, "measured_peak_tflops": peak,
+                                "pct_of_measured_peak": round(100 * probe / peak, 1), "shapes": per_shape,
+                                "datasheet_tflops": sheet,
+                                "pct_of_datasheet": round(100 * peak / sheet, 1) if sheet else None}
+    thr = {"probe_vs_measured_peak": f">= {GEMM_MIN_OF_PEAK:.0%}",
+           "peak_vs_datasheet": f">= {GEMM_MIN_OF_DATASHEET:.0%}" if sheet else "datasheet unknown"}
+    slow = probe < GEMM_MIN_OF_PEAK * peak or (sheet is not None and peak < GEMM_MIN_OF_DATASHEET * sheet)
+    if slow:
+        return Check("gemm-bf16", 1, FAIL, measured, thr,
+                     advice="bf16 GEMMs run slowly: check GPU clocks/throttling (nvidia-smi -q -d PERFORMANCE), "
+                            "other jobs on the GPU, and that torch uses the locked cuBLAS")
+    return Check("gemm-bf16", 1, PASS, measured, thr)

@@ -1,0 +1,68 @@
+"""Start a worker module under torch.distributed.run and collect its JSON result."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# Keep NVLink multicast off unless the caller set it (some shared hosts require this).
+_SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+@dataclass
+class WorkerRun:
+    rc: int
+    log: str
+    result: dict[str, Any] | None
+    wall_s: float
+
+
+def package_root() -> str:
+    """The directory holding envbuilder/ (a read-only mount inside containers)."""
+    return str(Path(__file__).resolve().parents[2])
+
+
+def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = os.environ.copy()
+    for k, v in _SAFE_ENV.items():
+        env.setdefault(k, v)
+    root = package_root()
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    if extra:
+        env.update(extra)
+    return env
+
+
+def run_worker(module: str, args: list[str], nproc: int, workdir: Path, name: str,
+               timeout_s: float = 300, env: dict[str, str] | None = None) -> WorkerRun:
+    import time
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    out = workdir / f"{name}.json"
+    log_path = workdir / f"{name}.log"
+    out.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+           "-m", module, "--out", str(out), *args]
+    t0 = time.perf_counter()
+    # own process group: on timeout the whole worker tree is killed, not just the launcher
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=worker_env(env), start_new_session=True)
+    try:
+        log, _ = proc.communicate(timeout=timeout_s)
+        rc = proc.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        log, _ = proc.communicate()
+        rc, log = 124, (log or "") + f"\n[envbuilder] timed out after {timeout_s:.0f}s"
+    wall = time.perf_counter() - t0
+    log_path.write_text(log)
+    result = json.loads(out.read_text()) if rc == 0 and out.exists() else None
+    return WorkerRun(rc, log, result, wall)

@@ -1,0 +1,229 @@
+"""Level 0 (no GPU): drift against the lock, imports in fresh interpreters, torch build facts."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import PurePosixPath
+from typing import Any
+
+from envbuilder.certify.expect import Expectations, normalize
+from envbuilder.certify.result import FAIL, NOT_INSTALLED, PASS, SKIPPED, Check, advise, tail
+
+# Top-level names shipped by wheels that are not meant to be imported on their own.
+_NOT_MODULES = {"tests", "test", "testing", "benchmarks", "benchmark", "docs", "examples", "scripts",
+                "tools", "bin", "include", "share", "etc", "lib", "lib64"}
+_IMPORT_TIMEOUT_S = 300
+
+
+def _public(v: str) -> str:
+    return v.split("+", 1)[0]
+
+
+def versions_match(locked: str, installed: str) -> bool:
+    """PEP 440 `==locked`: a locked version without a local label matches any local label."""
+    if locked == installed:
+        return True
+    if "+" not in locked and _public(installed) == locked:
+        return True
+    try:
+        from packaging.version import Version
+
+        lv, iv = Version(locked), Version(installed)
+        return lv == iv or (lv.local is None and Version(iv.public) == lv)
+    except Exception:
+        return False
+
+
+def installed_versions() -> dict[str, str]:
+    out: dict[str, str] = {}
+    for dist in md.distributions():
+        name = dist.metadata["Name"]
+        if name:
+            out.setdefault(normalize(name), dist.version)
+    return out
+
+
+def check_drift(exp: Expectations) -> Check:
+    thr = "every package in uv.lock installed at its locked version"
+    if not exp.packages:
+        return Check("drift", 0, SKIPPED, threshold=thr, detail="no lock given (--lock / --expect)")
+    have = installed_versions()
+    missing = sorted(n for n in exp.packages if n not in have)
+    wrong = {n: {"locked": v, "installed": have[n]} for n, v in sorted(exp.packages.items())
+             if n in have and not versions_match(v, have[n])}
+    measured = {"checked": len(exp.packages), "missing": missing, "mismatched": wrong}
+    if missing or wrong:
+        return Check("drift", 0, FAIL, measured, thr,
+                     advice="the environment no longer matches the lock; fix: rebuild the image or "
+                            "re-sync the venv with `uv sync --frozen` from the lock directory")
+    return Check("drift", 0, PASS, measured, thr)
+
+
+def _dist_top_modules(dist: md.Distribution) -> list[str]:
+    """Importable top-level module names of one installed distribution."""
+    tl = dist.read_text("top_level.txt")
+    names: set[str] = set()
+    files = [PurePosixPath(str(f)) for f in (dist.files or [])]
+    if tl:
+        names = {ln.strip().replace("/", ".") for ln in tl.splitlines() if ln.strip()}
+    else:
+        for f in files:
+            parts = f.parts
+            if not parts or parts[0].endswith((".dist-info", ".data")) or parts[0] in ("..", "__pycache__"):
+                continue
+            if len(parts) == 1:
+                if f.suffix == ".py":
+                    names.add(f.stem)
+                elif f.suffix == ".so":
+                    names.add(f.name.split(".", 1)[0])
+            else:
+                names.add(parts[0])
+    out: list[str] = []
+    pkg_inits = {f.parts[0] for f in files if len(f.parts) == 2 and f.name == "__init__.py"}
+    for name in sorted(names):
+        if not name.isidentifier() or name.startswith("_") or name in _NOT_MODULES:
+            continue
+        top_is_dir = any(len(f.parts) > 1 and f.parts[0] == name for f in files)
+        if top_is_dir and files and name not in pkg_inits:
+            # namespace package (megatron/, nvidia/): import its regular sub-packages instead
+            subs = sorted({f.parts[1] for f in files if len(f.parts) == 3 and f.parts[0] == name
+                           and f.name == "__init__.py" and f.parts[1].isidentifier()
+                           and not f.parts[1].startswith("_") and f.parts[1] not in _NOT_MODULES})
+            out.extend(f"{name}.{s}" for s in subs)
+        else:
+            out.append(name)
+    return out
+
+
+def modules_to_import(exp: Expectations) -> list[str]:
+    mods: set[str] = set()
+    for dist in md.distributions():
+        name = dist.metadata["Name"]
+        if name and normalize(name) in exp.packages:
+            mods.update(_dist_top_modules(dist))
+    return sorted(m for m in mods if m not in set(exp.skip_imports))
+
+
+def _try_import(statement: str) -> tuple[str, int, str]:
+    try:
+        proc = subprocess.run([sys.executable, "-c", statement], capture_output=True, text=True,
+                              timeout=_IMPORT_TIMEOUT_S, env=os.environ.copy())
+        return statement, proc.returncode, proc.stderr
+    except subprocess.TimeoutExpired:
+        return statement, 124, f"timed out after {_IMPORT_TIMEOUT_S}s"
+
+
+def _last_line(err: str) -> str:
+    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else "(no output)"
+
+
+def _gpu_at_import() -> tuple[dict[str, str], Any]:
+    """The image build's list of modules that need the driver to import (shared, stdlib-only module)."""
+    try:
+        from envbuilder.build.tools.import_check import _GPU_ERROR, GPU_AT_IMPORT
+
+        return GPU_AT_IMPORT, _GPU_ERROR
+    except Exception:  # certify copied without envbuilder/build: treat every failure as real
+        return {}, None
+
+
+def check_imports(exp: Expectations, jobs: int | None = None, gpu_visible: bool = True) -> list[Check]:
+    """Import each locked top-level module in a fresh interpreter.
+
+    Without a GPU, modules that need the driver at import (flash_attn, causal_conv1d...) may
+    fail for that reason alone; those are listed as needs_gpu, not failed. An ABI error
+    (undefined symbol) is a failure even for them.
+    """
+    thr = "each top-level module imports in a fresh interpreter"
+    if not exp.packages:
+        return [Check("imports", 0, SKIPPED, threshold=thr, detail="no lock given (--lock / --expect)")]
+    statements = [f"import {m}" for m in modules_to_import(exp)]
+    extra: list[tuple[str, str]] = []
+    if exp.nemo_locked:
+        extra = [("import:nemo.collections.llm", "from nemo.collections import llm"),
+                 ("import:nemo_run", "import nemo_run")]
+    jobs = jobs or max(1, min(8, os.cpu_count() or 1))
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        results = list(pool.map(_try_import, statements + [s for _, s in extra]))
+    by_stmt = {s: (rc, err) for s, rc, err in results}
+    failed = {s.removeprefix("import "): _last_line(by_stmt[s][1]) for s in statements if by_stmt[s][0] != 0}
+    needs_gpu: dict[str, str] = {}
+    if not gpu_visible:
+        gpu_mods, gpu_err = _gpu_at_import()
+        for mod in list(failed):
+            err = by_stmt[f"import {mod}"][1]
+            if mod.split(".")[0] in gpu_mods and gpu_err is not None and gpu_err.search(err) \
+                    and "undefined symbol" not in err:
+                needs_gpu[mod] = failed.pop(mod)
+    checks = [Check(
+        "imports", 0, FAIL if failed else PASS,
+        {"modules": len(statements), "failed": failed, "needs_gpu": needs_gpu}, thr,
+        advice=(advise("\n".join(by_stmt[f"import {m}"][1] for m in failed))
+                or "a locked package does not import; read the error, then rebuild the environment")
+        if failed else None,
+    )]
+    for name, stmt in extra:
+        rc, err = by_stmt[stmt]
+        checks.append(Check(name, 0, PASS if rc == 0 else FAIL, {"statement": stmt, "rc": rc},
+                            "imports without error",
+                            advice=None if rc == 0 else (advise(err) or "NeMo does not import: check the "
+                                                         "lock's date cutoff (exclude_newer) and pins"),
+                            detail=None if rc == 0 else tail(err)))
+    return checks
+
+
+def check_torch_build(exp: Expectations) -> Check:
+    """torch's CUDA version and C++ ABI against the lock (kernels built for another ABI fail late)."""
+    try:
+        import torch
+    except Exception as exc:
+        status = FAIL if exp.is_locked("torch") else NOT_INSTALLED
+        return Check("torch-build", 0, status, str(exc)[:200], "torch imports",
+                     advice=advise(str(exc)) if status == FAIL else None)
+    abi = bool(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", False))
+    measured = {"torch": torch.__version__, "cuda": torch.version.cuda, "cxx11_abi": abi}
+    t = exp.target
+    want: dict[str, object] = {}
+    problems: list[str] = []
+    if t.get("torch"):
+        want["torch"] = t["torch"]
+        if not versions_match(str(t["torch"]), torch.__version__):
+            problems.append(f"torch {torch.__version__} != locked {t['torch']}")
+    variant = str(t.get("torch_variant") or "")
+    if variant == "cpu":
+        want["cuda"] = None
+        if torch.version.cuda is not None:
+            problems.append(f"torch built for CUDA {torch.version.cuda}, lock wants the CPU build")
+    elif t.get("cuda"):
+        want["cuda"] = str(t["cuda"])
+        got = ".".join((torch.version.cuda or "none").split(".")[:2])
+        if got != ".".join(str(t["cuda"]).split(".")[:2]):
+            problems.append(f"torch built for CUDA {torch.version.cuda}, lock wants {t['cuda']}")
+    if t.get("cxx11_abi") is not None:
+        want["cxx11_abi"] = bool(t["cxx11_abi"])
+        if abi != bool(t["cxx11_abi"]):
+            problems.append(f"torch cxx11 ABI {abi}, lock wants {t['cxx11_abi']}")
+    if not want:
+        return Check("torch-build", 0, SKIPPED, measured, None, detail="the lock states no torch/CUDA target")
+    if problems:
+        return Check("torch-build", 0, FAIL, measured, want,
+                     advice="torch is not the locked build; kernels compiled against the locked torch will "
+                            "fail with undefined symbols; fix: reinstall torch from the lock's index",
+                     detail="; ".join(problems))
+    return Check("torch-build", 0, PASS, measured, want)
+
+
+def run_level0(exp: Expectations, only: set[str] | None = None, gpu_visible: bool = True) -> list[Check]:
+    checks: list[Check] = []
+    if only is None or "drift" in only:
+        checks.append(check_drift(exp))
+    if only is None or "imports" in only:
+        checks.extend(check_imports(exp, gpu_visible=gpu_visible))
+    if only is None or "torch-build" in only:
+        checks.append(check_torch_build(exp))
+    return checks

@@ -1,0 +1,57 @@
+"""`envbuilder build LOCKDIR`: build the locked environment into a Docker image."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from envbuilder.console import emit_json, stderr_console
+
+
+@click.command()
+@click.argument("lockdir", type=click.Path(path_type=Path, file_okay=False))
+@click.option("--tag", "-t", default=None, help="Image tag (default: envbuilder/<row>:<lock sha256[:12]>).")
+@click.option("--base", default=None, metavar="IMAGE",
+              help="Base image for both stages (default: matrices/images.toml for the lock's CUDA).")
+@click.option("--mode", type=click.Choice(["hermetic", "ngc-base"]), default=None,
+              help="Template (default: the lock's mode; must match it).")
+@click.option("--arch-list", default=None, metavar="ARCHS",
+              help="CUDA archs for kernel builds, e.g. '8.0;9.0' or sm_80,sm_90 "
+                   "(TORCH_CUDA_ARCH_LIST and NVTE_CUDA_ARCHS).")
+@click.option("--jobs", type=int, default=None,
+              help="Parallel compile jobs (MAX_JOBS; default: cores, at most one per 4 GiB of RAM).")
+@click.option("--target", type=click.Choice(["stage1", "builder", "runtime"]), default="runtime", show_default=True,
+              help="stage1: stop after the wheels-only stage; builder: after stage 2 (compilers kept); "
+                   "runtime: the slim image.")
+@click.option("--python", default=None, metavar="X.Y",
+              help="Python for the venv (default: the lock's target; another minor warns).")
+@click.option("--ca-bundle", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
+              help="CA bundle for a TLS-intercepting proxy, passed as a BuildKit secret "
+                   "(default: SSL_CERT_FILE, REQUESTS_CA_BUNDLE, or the system bundle).")
+@click.option("--no-ca-bundle", is_flag=True, help="Pass no CA bundle into the build.")
+@click.option("--secret", "secrets", multiple=True, metavar="id=NAME,env=VAR|src=FILE",
+              help="A BuildKit secret for the fetching steps, exported there as $NAME. Repeatable.")
+@click.option("--no-cache", is_flag=True, help="Ignore the layer cache (the uv cache mount is kept).")
+@click.option("--no-pull", is_flag=True, help="Never pull a missing base image.")
+@click.option("--no-scan", is_flag=True, help="Skip the scan of the image's layers for secret values.")
+@click.option("--log", "log_file", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Also write BuildKit's full plain progress log to this file.")
+@click.option("--json", "as_json", is_flag=True, help="Print the build report as JSON on stdout.")
+def build(lockdir: Path, tag: str | None, base: str | None, mode: str | None, arch_list: str | None,
+          jobs: int | None, target: str, python: str | None, ca_bundle: Path | None, no_ca_bundle: bool,
+          secrets: tuple[str, ...], no_cache: bool, no_pull: bool, no_scan: bool, log_file: Path | None,
+          as_json: bool) -> None:
+    """Build LOCKDIR (made by `envbuilder lock`) into an image with the Docker engine (BuildKit)."""
+    from envbuilder.build.pipeline import BuildOptions, build_image
+    from envbuilder.build.secrets import default_ca_bundle, parse_secret
+
+    console = stderr_console()
+    specs = [parse_secret(s) for s in secrets]
+    bundle = None if no_ca_bundle else (ca_bundle or default_ca_bundle())
+    opts = BuildOptions(lockdir=lockdir, tag=tag, base=base, mode=mode, arch_list=arch_list, jobs=jobs,
+                        target=target, python=python, ca_bundle=bundle, secrets=specs, no_cache=no_cache,
+                        pull=not no_pull, scan=not no_scan, log_file=log_file)
+    result = build_image(opts, console)
+    if as_json:
+        emit_json(result)

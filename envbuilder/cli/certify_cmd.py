@@ -1,0 +1,209 @@
+"""`envbuilder certify` and `envbuilder verify-cert`: run the in-environment checks, verify certificates."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import tempfile
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import click
+
+from envbuilder.console import dumps, emit_json, stderr_console
+from envbuilder.errors import (
+    CertificationFailedError,
+    CertifyEnvironmentError,
+    InvalidOptionError,
+)
+
+_STYLE = {"pass": "green", "fail": "bold red", "skipped": "yellow", "not-installed": "dim"}
+
+
+def _target(image: str | None, sqsh: Path | None, sif: Path | None, venv: Path | None, in_place: bool,
+            python: str) -> Any:
+    from envbuilder.certify.runner import Target
+
+    given = [(k, v) for k, v in (("image", image), ("sqsh", sqsh), ("sif", sif), ("venv", venv),
+                                 ("in-place", in_place or None)) if v]
+    if len(given) != 1:
+        raise InvalidOptionError("name exactly one target: --image, --sqsh, --sif, --venv or --in-place",
+                                 "e.g. envbuilder certify --in-place --lock build/v2.3.0")
+    kind, ref = given[0]
+    return Target(kind, None if kind == "in-place" else str(ref), python)
+
+
+@contextlib.contextmanager
+def _out_dir(output: Path | None) -> Iterator[Path]:
+    """Where the environment writes; promoted over `output` only once the run finished."""
+    if output is None:
+        with tempfile.TemporaryDirectory(prefix="envbuilder-cert-") as tmp:
+            yield Path(tmp)
+        return
+    from envbuilder.atomic import promote_dir, staging_dir
+
+    with staging_dir(output) as stage:
+        stage.chmod(0o777)  # containers may run as another uid
+        yield stage
+        if (stage / "certificate.json").exists():
+            promote_dir(stage, output)
+
+
+def _expectations(t: Any, lock: Path | None, expect: Path | None, artifact: dict[str, Any],
+                  workdir: Path) -> dict[str, Any]:
+    from envbuilder.certify.expectations import expectations_from_lock, expectations_without_lock
+    from envbuilder.paths import matrices_dir
+
+    if expect is not None:
+        data: dict[str, Any] = json.loads(expect.read_text(encoding="utf-8"))
+        data["artifact"] = artifact
+        return data
+    strict = True
+    if lock is not None and t.kind == "image":
+        from envbuilder.certify.expectations import read_lock
+        from envbuilder.certify.runner import image_info
+
+        label = image_info(t.ref)[1].get("io.envbuilder.lock-sha256")
+        if label and label != read_lock(lock)["lock_sha256"]:
+            stderr_console().print(f"[yellow]warning[/]: {t.ref} was built from lock {label[:12]}…, not from "
+                                   f"{lock}; expect drift failures")
+    if lock is None and t.kind == "image":
+        from envbuilder.certify.runner import copy_lock_from_image
+
+        lock, strict = copy_lock_from_image(t.ref, workdir / "lock-from-image"), False
+    if lock is None:
+        return expectations_without_lock(matrices=matrices_dir(), artifact=artifact)
+    from uv import find_uv_bin
+
+    return expectations_from_lock(lock, uv_bin=str(find_uv_bin()), matrices=matrices_dir(), artifact=artifact,
+                                  strict=strict)
+
+
+def _print_table(cert: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    console = stderr_console()
+    table = Table(title=f"certificate: {cert['status'].upper()} (level {cert['level']})", show_lines=False)
+    for col in ("check", "status", "detail / advice"):
+        table.add_column(col)
+    for c in cert["checks"]:
+        note = c.get("advice") or c.get("detail") or ""
+        table.add_row(c["name"], f"[{_STYLE.get(c['status'], '')}]{c['status']}[/]", note[:120])
+    console.print(table)
+
+
+@click.command()
+@click.option("--image", help="Docker image tag (runs with --gpus all for level >= 1).")
+@click.option("--sqsh", type=click.Path(path_type=Path), help="enroot squashfs file.")
+@click.option("--sif", type=click.Path(path_type=Path), help="Apptainer SIF file (apptainer exec --nv).")
+@click.option("--venv", type=click.Path(path_type=Path), help="A virtual environment's root directory.")
+@click.option("--in-place", is_flag=True, help="This interpreter (bare GPU hosts, or inside a container).")
+@click.option("--lock", type=click.Path(path_type=Path, file_okay=False), help="Lock directory to certify against "
+              "(for --image, default: the lock inside the image).")
+@click.option("--expect", type=click.Path(path_type=Path, dir_okay=False, exists=True),
+              help="Expectations JSON instead of a lock (advanced: hosts certified without a lock).")
+@click.option("--level", type=click.IntRange(0, 2), default=1, show_default=True,
+              help="0: drift/imports/torch build; 1: + GPU kernels, GEMM, tiny pretrain; 2: + NCCL, parallel.")
+@click.option("--cpu", is_flag=True, help="No GPU: level 0 plus a torch-only GPT pretrain on CPU (gloo, DP=2).")
+@click.option("--only", default="", help="Comma-separated check groups (drift,imports,torch-build,driver,arch,"
+              "kernels,gemm,pretrain,mcore,nemo,nccl,parallel).")
+@click.option("--steps", type=click.IntRange(5, 10000), default=30, show_default=True)
+@click.option("--gpus", type=click.IntRange(0), default=0, help="Level 2: GPUs to use (default: all visible).")
+@click.option("--python", "python", default="python", show_default=True,
+              help="Interpreter inside --image/--sqsh/--sif.")
+@click.option("-o", "--output", type=click.Path(path_type=Path, file_okay=False),
+              help="Write certificate.json, report.md and loss-curve SVGs here (replaced atomically).")
+@click.option("--logs", type=click.Path(path_type=Path, file_okay=False),
+              help="--venv/--in-place: keep the training and probe logs here.")
+@click.option("--timestamp", is_flag=True, help="Record the creation time (certificates have none by default).")
+@click.option("--json", "as_json", is_flag=True, help="Print the certificate JSON on stdout.")
+def certify(image: str | None, sqsh: Path | None, sif: Path | None, venv: Path | None, in_place: bool,
+            lock: Path | None, expect: Path | None, level: int, cpu: bool, only: str, steps: int, gpus: int,
+            python: str, output: Path | None, logs: Path | None, timestamp: bool, as_json: bool) -> None:
+    """Certify an environment: imports, kernels, GEMM, NCCL and tiny-pretrain checks, with a certificate."""
+    from envbuilder.certify.runner import artifact_record, inner_paths, run_certify
+
+    t = _target(image, sqsh, sif, venv, in_place, python)
+    if lock is not None and expect is not None:
+        raise InvalidOptionError("--lock and --expect are alternatives", "pass one of them")
+    artifact = artifact_record(t)
+    with tempfile.TemporaryDirectory(prefix="envbuilder-certify-in-") as tmp:
+        in_dir = Path(tmp)
+        exp = _expectations(t, lock, expect, artifact, in_dir)
+        (in_dir / "expect.json").write_text(dumps(exp), encoding="utf-8")
+        in_dir.chmod(0o755)
+        with _out_dir(output) as out_dir:
+            exp_path, out_path = inner_paths(t, in_dir, out_dir)
+            args = [f"--level={level}", f"--expect={exp_path}", f"--out={out_path}", "--json",
+                    f"--steps={steps}"]
+            if cpu:
+                args.append("--cpu")
+            if only:
+                args.append(f"--only={only}")
+            if gpus:
+                args.append(f"--gpus={gpus}")
+            if logs is not None:
+                if t.kind not in ("venv", "in-place"):
+                    raise InvalidOptionError("--logs works with --venv and --in-place only",
+                                             "containers keep their logs inside; use -o for the report")
+                args.append(f"--logs={logs.resolve()}")
+            if timestamp:
+                args.append("--timestamp=" + datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+            rc, stdout = run_certify(t, args, in_dir, out_dir, gpus=level >= 1 and not cpu)
+    if rc not in (0, CertificationFailedError.exit_code):
+        raise CertifyEnvironmentError(f"the checks could not run in the {t.kind} (exit code {rc})",
+                                      "read the output above; `python -m envbuilder.certify --help` inside the "
+                                      "environment shows the in-environment options")
+    try:
+        cert: dict[str, Any] = json.loads(stdout)
+    except json.JSONDecodeError as exc:
+        raise CertifyEnvironmentError("the environment printed no certificate", "read the output above") from exc
+    _print_table(cert)
+    if output is not None:
+        stderr_console().print(f"wrote {output}/certificate.json and report.md")
+    if as_json:
+        emit_json(cert)
+    if cert["status"] != "pass":
+        failed = [c for c in cert["checks"] if c["status"] == "fail"]
+        err = CertificationFailedError(
+            f"{len(failed)} check(s) failed: {', '.join(c['name'] for c in failed)}",
+            next((c["advice"].split("fix: ", 1)[-1] for c in failed if c.get("advice")),
+                 "see the report for each check's advice"))
+        if as_json:  # the certificate is the JSON document; keep stdout to one document
+            click.echo(f"error: {err.cause}\n  fix: {err.fix}", err=True)
+            sys.exit(err.exit_code)
+        raise err
+
+
+@click.command("verify-cert")
+@click.argument("cert", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--lock", type=click.Path(path_type=Path, file_okay=False), required=True)
+@click.option("--image", help="Docker image the certificate must name (by image id).")
+@click.option("--sqsh", type=click.Path(path_type=Path, dir_okay=False), help="squashfs file (by sha256).")
+@click.option("--sif", type=click.Path(path_type=Path, dir_okay=False), help="SIF file (by sha256).")
+@click.option("--json", "as_json", is_flag=True, help="Print the verification result as JSON on stdout.")
+def verify_cert(cert: Path, lock: Path, image: str | None, sqsh: Path | None, sif: Path | None,
+                as_json: bool) -> None:
+    """Check that CERT belongs to this lock (and artifact) and that it passed."""
+    from envbuilder.certify.expectations import read_lock
+    from envbuilder.certify.runner import Target, artifact_record
+    from envbuilder.certify.verify import load_certificate, verify_certificate
+
+    if sum(x is not None for x in (image, sqsh, sif)) > 1:
+        raise InvalidOptionError("name at most one of --image, --sqsh, --sif", "pass the artifact you deploy")
+    data = load_certificate(cert)
+    record = read_lock(lock)
+    artifact = None
+    if image:
+        artifact = artifact_record(Target("image", image))
+    elif sqsh or sif:
+        artifact = artifact_record(Target("sqsh" if sqsh else "sif", str(sqsh or sif)))
+    result = verify_certificate(data, record["lock_sha256"], artifact)
+    stderr_console().print(f"[green]verified[/]: {cert} belongs to lock {result['lock_sha256'][:12]}…"
+                           + (f" and {artifact['kind']} {artifact.get('ref')}" if artifact else "")
+                           + f", level {result['level']}, passed")
+    if as_json:
+        emit_json(result)

@@ -1,0 +1,128 @@
+"""`envbuilder export` (image -> enroot .sqsh / Apptainer .sif) and `envbuilder inspect FILE`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from envbuilder.console import emit_json, stderr_console
+from envbuilder.errors import InvalidOptionError, ToolMissingError
+
+
+def _format_from(output: Path, fmt: str | None) -> str:
+    if fmt:
+        return fmt
+    suffix = output.suffix.lower().lstrip(".")
+    if suffix in ("sqsh", "squashfs"):
+        return "sqsh"
+    if suffix == "sif":
+        return "sif"
+    raise InvalidOptionError(
+        f"cannot tell the format from {output.name!r}", "pass --format sqsh or --format sif"
+    )
+
+
+@click.command()
+@click.argument("image")
+@click.option("--format", "fmt", type=click.Choice(["sqsh", "sif"]), default=None,
+              help="sqsh: enroot/pyxis squashfs; sif: Apptainer/Singularity image (default: from -o suffix).")
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="Artifact file to write.")
+@click.option("--squash-options", default=None, metavar="'OPTS'",
+              help="mksquashfs options (default sqsh: enroot's '-comp lzo -noD'; sif: '-comp gzip').")
+@click.option("--lock", "lock_dir", type=click.Path(path_type=Path, file_okay=False, exists=True), default=None,
+              help="Lock dir: source date, lock sha256 and row when the image lacks the envbuilder labels.")
+@click.option("--workdir", type=click.Path(path_type=Path, file_okay=False, exists=True), default=None,
+              help="Where to spool `docker save` (default: the output's directory).")
+@click.option("--processors", type=click.IntRange(min=1), default=None, help="mksquashfs threads (default: all).")
+@click.option("--gpus-per-node", type=click.IntRange(min=1), default=8, show_default=True,
+              help="For the launch snippets.")
+@click.option("--nodes", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Node count of the multi-node snippet.")
+@click.option("--train-script", default="train.py", show_default=True, help="Script the snippets launch.")
+@click.option("--no-snippets", is_flag=True, help="Do not write the .def file and launch snippets.")
+@click.option("--compare", is_flag=True,
+              help="Also build with the site's apptainer (sif) or enroot (sqsh) and compare the file lists.")
+@click.option("--json", "as_json", is_flag=True, help="Print the export report as JSON on stdout.")
+def export(image: str, fmt: str | None, output: Path, squash_options: str | None, lock_dir: Path | None,
+           workdir: Path | None, processors: int | None, gpus_per_node: int, nodes: int, train_script: str,
+           no_snippets: bool, compare: bool, as_json: bool) -> None:
+    """Export IMAGE from the local Docker engine to an enroot .sqsh or an Apptainer .sif."""
+    from envbuilder.export.pipeline import ExportOptions, compare_with_native, export_image, native_tools
+    from envbuilder.export.render import LaunchParams
+
+    console = stderr_console(quiet=as_json)
+    opts = ExportOptions(
+        image=image, fmt=_format_from(output, fmt), output=output, squash_options=squash_options,
+        lock_dir=lock_dir, workdir=workdir, processors=processors, snippets=not no_snippets,
+        launch=LaunchParams(gpus_per_node=gpus_per_node, nodes=nodes, train_script=train_script),
+    )  # fmt: skip
+    if compare:  # fail before the export, not after it
+        tool = "apptainer" if opts.fmt == "sif" else "enroot"
+        if not native_tools()[tool]:
+            raise ToolMissingError(f"--compare needs {tool} on PATH and it is not there",
+                                   f"install {tool}, or export without --compare")
+    with console.status(f"exporting {image}") as status:
+        result = export_image(opts, progress=lambda m: status.update(m))
+        report: dict[str, Any] = result.to_dict()
+        if compare:
+            status.update("building with the native tool to compare")
+            report["compare"] = compare_with_native(opts.fmt, image, result.path)
+    tools = native_tools()
+    report["native_tools"] = tools
+    if as_json:
+        emit_json(report)
+        return
+    mib = result.size / 2**20
+    console.print(f"[green]wrote[/] {result.path} ({result.format}, {mib:.1f} MiB, {result.seconds:.1f} s)")
+    console.print(f"  sha256 {result.sha256}")
+    console.print(
+        f"  {result.stats['layers']} layers, {result.stats['whiteouts']} whiteouts, "
+        f"{result.stats['opaque_dirs']} opaque dirs; source date {result.source_date_epoch}"
+    )
+    for p in result.sidecars:
+        console.print(f"  + {p}")
+    if "compare" in report:
+        c = report["compare"]
+        console.print(f"  compared with {c['command']}: {c['common']} paths in both, "
+                      f"{c['only_ours_count']} only ours, {c['only_native_count']} only native")
+    if opts.fmt == "sif" and tools["apptainer"]:
+        console.print(f"  apptainer found at {tools['apptainer']}: compare with "
+                      f"`apptainer build native.sif docker-daemon://{image}` and `envbuilder inspect --list`")
+    if opts.fmt == "sqsh" and tools["enroot"]:
+        console.print(f"  enroot found at {tools['enroot']}: compare with "
+                      f"`enroot import -o native.sqsh dockerd://{image}` and `envbuilder inspect --list`")
+
+
+@click.command()
+@click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--list", "with_listing", is_flag=True, help="Also list every file (unsquashfs -lln).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
+def inspect(file: Path, with_listing: bool, as_json: bool) -> None:
+    """Read an exported .sqsh or .sif back, show its header and labels, and verify its structure."""
+    from envbuilder.export.inspect import inspect_artifact
+
+    report = inspect_artifact(file, with_listing=with_listing)
+    if as_json:
+        emit_json(report)
+        return
+    console = stderr_console()
+    console.print(f"[bold]{report['path']}[/]  {report['format']}  {report['size']} bytes  checks: {report['checks']}")
+    if report["format"] == "sif":
+        for key, value in report["header"].items():
+            console.print(f"  {key:20} {value!r}" if key == "launch" else f"  {key:20} {value}")
+        console.print("  descriptors:")
+        for d in report["descriptors"]:
+            extra = f" {d['fstype']} {d['parttype']} {d['arch']}" if "fstype" in d else ""
+            console.print(f"    #{d['id']} {d['datatype']:12} offset {d['offset']:>10} size {d['size']:>12}"
+                          f"{extra} {d['name']}")
+    console.print("  labels:")
+    for key, value in sorted(report["labels"].items()):
+        console.print(f"    {key} = {value}")
+    sb = report["squashfs"]
+    console.print(f"  squashfs {sb['version']}: {sb['compression']}, block {sb['block_size']}, "
+                  f"{sb['inodes']} inodes, {sb['bytes_used']} bytes, mkfs_time {sb['mkfs_time']}")
+    if with_listing:
+        for line in report["files"]:
+            click.echo(line)

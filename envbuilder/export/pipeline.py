@@ -1,0 +1,352 @@
+"""`envbuilder export`: image in the engine -> enroot .sqsh or Apptainer .sif, atomically.
+
+Steps: check the output path, find the image, spool `docker save` to a work dir beside the
+output, merge the layers (whiteouts applied), add the runtime's conventions, stream the merged
+tar into mksquashfs, (SIF) write header + descriptors around the partition, rename into place,
+then render the definition file and launch snippets next to it.
+
+The artifact is written to a hidden temp file in the output directory and renamed at the
+end: an error, SIGINT or SIGTERM removes it, so no partial artifact is ever left behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import json
+import os
+import shutil
+import signal
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from envbuilder.atomic import write_atomic
+from envbuilder.errors import (
+    DiskFullError,
+    ExportInterruptedError,
+    InvalidOptionError,
+    OutputPathError,
+)
+from envbuilder.export import conventions, image_source, render, sif, squashfs
+from envbuilder.export.flatten import LayerSource, MergedTree, merge_layers, write_merged_tar
+
+FORMATS = ("sqsh", "sif")
+
+
+@dataclass
+class ExportOptions:
+    image: str
+    fmt: str
+    output: Path
+    squash_options: str | None = None
+    lock_dir: Path | None = None
+    workdir: Path | None = None
+    processors: int | None = None
+    launch: render.LaunchParams = field(default_factory=render.LaunchParams)
+    snippets: bool = True
+
+
+@dataclass
+class ExportResult:
+    path: Path
+    format: str
+    size: int
+    sha256: str
+    seconds: float
+    image: str
+    image_id: str
+    image_size: int
+    source_date_epoch: int
+    lock_sha256: str
+    row: str
+    squash_options: list[str]
+    stats: dict[str, int]
+    sidecars: list[Path]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": str(self.path),
+            "format": self.format,
+            "size": self.size,
+            "sha256": self.sha256,
+            "seconds": round(self.seconds, 2),
+            "image": self.image,
+            "image_id": self.image_id,
+            "image_size": self.image_size,
+            "source_date_epoch": self.source_date_epoch,
+            "lock_sha256": self.lock_sha256,
+            "row": self.row,
+            "squash_options": self.squash_options,
+            "stats": self.stats,
+            "sidecars": [str(p) for p in self.sidecars],
+        }
+
+
+def check_output(path: Path) -> None:
+    """The output's directory must exist and take a new file; the output must not be a directory."""
+    parent = path.parent
+    if path.is_dir():
+        raise OutputPathError(f"output {path} is a directory", "pass a file path, e.g. -o build/nemo.sqsh")
+    if not parent.is_dir():
+        raise OutputPathError(f"output directory {parent} does not exist", f"create it first: mkdir -p {parent}")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.probe.", dir=parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise DiskFullError(f"no space left on the filesystem of {parent}", "free space there") from exc
+        raise OutputPathError(
+            f"cannot write in {parent}: {exc.strerror}", "choose a writable directory or fix its permissions"
+        ) from exc
+
+
+def _lock_record(lock_dir: Path) -> dict[str, Any]:
+    from envbuilder.lock.record import read_record  # verifies the lock dir's file hashes
+
+    return read_record(lock_dir)
+
+
+def provenance(info: image_source.ImageInfo, lock_dir: Path | None) -> tuple[int, str, str]:
+    """(source_date_epoch, lock_sha256, row): image labels first, then the lock record, else 0/''."""
+    labels = info.labels
+    record = _lock_record(lock_dir) if lock_dir else {}
+    raw_date = labels.get(image_source.LABEL_SOURCE_DATE) or record.get("source_date_epoch") or 0
+    try:
+        epoch = int(raw_date)
+    except (TypeError, ValueError):
+        epoch = 0
+    lock_sha = labels.get(image_source.LABEL_LOCK_SHA256) or str(record.get("lock_sha256") or "")
+    row = labels.get(image_source.LABEL_ROW) or str(record.get("row") or "")
+    return epoch, lock_sha, row
+
+
+def artifact_labels(info: image_source.ImageInfo, epoch: int, lock_sha: str, row: str) -> dict[str, str]:
+    labels = {str(k): str(v) for k, v in info.labels.items()}
+    labels.update(
+        {
+            image_source.LABEL_LOCK_SHA256: lock_sha,
+            image_source.LABEL_ROW: row,
+            image_source.LABEL_SOURCE_DATE: str(epoch),
+            "io.envbuilder.image-id": info.image_id,
+        }
+    )
+    return labels
+
+
+class _Interrupted(BaseException):
+    pass
+
+
+@contextlib.contextmanager
+def _signals_interrupt() -> Iterator[None]:
+    """SIGINT and SIGTERM raise inside the export so cleanup runs (main thread only)."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise _Interrupted(signal.Signals(signum).name)
+
+    try:
+        old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _root_attrs(tree: MergedTree) -> tuple[int, int, int]:
+    root = tree.get("")
+    if root is None or not root.info.isdir():
+        return 0o755, 0, 0
+    return root.info.mode & 0o7777, root.info.uid, root.info.gid
+
+
+def export_image(opts: ExportOptions, progress: Callable[[str], None] = lambda _m: None) -> ExportResult:
+    if opts.fmt not in FORMATS:
+        raise InvalidOptionError(f"unknown format {opts.fmt!r}", f"use --format {' or '.join(FORMATS)}")
+    output = Path(opts.output).absolute()
+    check_output(output)
+    if opts.squash_options is not None:
+        squash_args = squashfs.parse_squash_options(opts.squash_options)
+    else:
+        default = squashfs.ENROOT_SQUASH_OPTIONS if opts.fmt == "sqsh" else squashfs.SIF_SQUASH_OPTIONS
+        squash_args = squashfs.parse_squash_options(default)
+    squashfs.mksquashfs_path()  # ToolMissingError before any work
+
+    client = image_source.docker_client()
+    image = image_source.get_image(client, opts.image)
+    image_size = int(image.attrs.get("Size") or 0)
+
+    started = time.monotonic()
+    work_parent = Path(opts.workdir) if opts.workdir else output.parent
+    tmp_fd, tmp_name = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent)
+    os.close(tmp_fd)
+    tmp = Path(tmp_name)
+    work = Path(tempfile.mkdtemp(prefix=f".{output.name}.work.", dir=work_parent))
+    done = False
+    try:
+        with _signals_interrupt():
+            progress(f"saving {opts.image} from the engine")
+            archive = work / "image.tar"
+            image_source.spool_image(image, archive)
+            with image_source.SavedImage(archive, opts.image, image_size) as saved:
+                info = saved.info
+                epoch, lock_sha, row = provenance(info, opts.lock_dir)
+                labels = artifact_labels(info, epoch, lock_sha, row)
+                deffile = render.render_deffile(opts.image, labels, row, lock_sha)
+                progress(f"merging {len(saved.layers)} layers")
+                source = LayerSource(saved.layers)
+                tree = merge_layers(source)
+                if opts.fmt == "sqsh":
+                    conventions.add_enroot_files(tree, info)
+                else:
+                    conventions.add_singularity_files(tree, info, labels, deffile)
+                mode, uid, gid = _root_attrs(tree)
+                objects = [
+                    sif.ObjectSpec(sif.DATA_DEFFILE, deffile.encode()),
+                    sif.ObjectSpec(
+                        sif.DATA_LABELS, (json.dumps(labels, indent=2, sort_keys=True) + "\n").encode()
+                    ),
+                ]
+                offset = sif.layout(objects)[1] if opts.fmt == "sif" else 0
+                spec = squashfs.SquashSpec(
+                    mtime=epoch, options=squash_args, processors=opts.processors, offset=offset,
+                    root_mode=mode, root_uid=uid, root_gid=gid,
+                )  # fmt: skip
+                stats: dict[str, int] = {}
+                progress(f"mksquashfs {' '.join(squash_args)}")
+
+                def feed(stdin: Any) -> None:
+                    stats.update(write_merged_tar(tree, source, stdin, epoch))
+
+                squashfs.build_squashfs(tmp, spec, feed)
+                stats["whiteouts"] = tree.whiteouts_applied
+                stats["opaque_dirs"] = tree.opaque_dirs_applied
+                stats["layers"] = len(saved.layers)
+            if opts.fmt == "sif":
+                part_size = tmp.stat().st_size - offset
+                sif_id = sif.deterministic_id(info.image_id, lock_sha, " ".join(squash_args))
+                sif.write_sif_prefix(tmp, objects, offset, part_size, info.architecture, sif_id, epoch)
+            os.chmod(tmp, 0o644)
+            with open(tmp, "rb") as fh:
+                os.fsync(fh.fileno())
+            os.replace(tmp, output)
+            done = True
+    except _Interrupted as exc:
+        raise ExportInterruptedError(
+            f"export interrupted by {exc}; the partial file was removed",
+            "run the export again; previous outputs were left as they were",
+        ) from None
+    except KeyboardInterrupt:
+        raise ExportInterruptedError(
+            "export interrupted; the partial file was removed", "run the export again"
+        ) from None
+    except OSError as exc:
+        squashfs.raise_if_enospc(exc, output.parent)
+        raise
+    finally:
+        if not done:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+        shutil.rmtree(work, ignore_errors=True)
+
+    sidecars: list[Path] = []
+    if opts.snippets:
+        sidecars = write_sidecars(output, opts, deffile)
+    return ExportResult(
+        path=output, format=opts.fmt, size=output.stat().st_size, sha256=_sha256(output),
+        seconds=time.monotonic() - started, image=opts.image, image_id=info.image_id, image_size=image_size,
+        source_date_epoch=epoch, lock_sha256=lock_sha, row=row, squash_options=squash_args, stats=stats,
+        sidecars=sidecars,
+    )  # fmt: skip
+
+
+def write_sidecars(output: Path, opts: ExportOptions, deffile: str) -> list[Path]:
+    """The Apptainer definition file and launch snippets, next to the artifact."""
+    stem = output.name.rsplit(".", 1)[0]
+    written = []
+    def_path = output.with_name(f"{stem}.def")
+    write_atomic(def_path, deffile)
+    written.append(def_path)
+    for suffix, text in render.render_launch(opts.fmt, output, opts.launch).items():
+        p = output.with_name(stem + suffix)
+        write_atomic(p, text, mode=0o755)
+        written.append(p)
+    return written
+
+
+def native_tools() -> dict[str, str | None]:
+    """apptainer / enroot on PATH, offered for a side-by-side build (`--compare`)."""
+    return {tool: shutil.which(tool) for tool in ("apptainer", "enroot")}
+
+
+def _paths(listing: list[str]) -> set[str]:
+    """Paths from `unsquashfs -lln` lines (the path is the 6th field on; symlinks end ' -> target')."""
+    out = set()
+    for line in listing:
+        parts = line.split(None, 5)
+        if len(parts) == 6:
+            out.add(parts[5].split(" -> ")[0])
+    return out
+
+
+def compare_listings(ours: list[str], native: list[str]) -> dict[str, Any]:
+    a, b = _paths(ours), _paths(native)
+    return {
+        "common": len(a & b),
+        "only_ours": sorted(a - b)[:50],
+        "only_native": sorted(b - a)[:50],
+        "only_ours_count": len(a - b),
+        "only_native_count": len(b - a),
+    }
+
+
+def compare_with_native(fmt: str, image: str, ours: Path) -> dict[str, Any]:
+    """Build the same image with the site's own tool and compare file lists with ours."""
+    import subprocess
+
+    from envbuilder.errors import ToolMissingError
+    from envbuilder.export import inspect as inspect_mod
+
+    tool = "apptainer" if fmt == "sif" else "enroot"
+    path = shutil.which(tool)
+    if not path:
+        raise ToolMissingError(f"--compare needs {tool} on PATH and it is not there",
+                               f"install {tool}, or export without --compare")
+    native = ours.with_name(f".{ours.name}.native")
+    cmd = ([path, "build", "--force", str(native), f"docker-daemon://{image}"] if fmt == "sif"
+           else [path, "import", "-o", str(native), f"dockerd://{image}"])
+    try:
+        subprocess.run(cmd, check=True, capture_output=True)
+        offset = 0
+        if fmt == "sif":
+            part = sif.read_sif(native).primary_partition()
+            offset = part.offset if part else 0
+        ours_offset = 0
+        if fmt == "sif":
+            part = sif.read_sif(ours).primary_partition()
+            ours_offset = part.offset if part else 0
+        result = compare_listings(inspect_mod.list_files(ours, ours_offset), inspect_mod.list_files(native, offset))
+        result["tool"] = path
+        result["command"] = " ".join(cmd)
+        return result
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            native.unlink()

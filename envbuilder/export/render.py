@@ -1,0 +1,65 @@
+"""Render the Apptainer definition file and the launch snippets from templates/."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from envbuilder import __version__
+from envbuilder.paths import templates_dir
+
+# template (under templates/launch) -> suffix of the file written next to the artifact
+LAUNCH_TEMPLATES = {
+    "sqsh": {"slurm-pyxis.sh.j2": ".slurm-pyxis.sh", "torchrun-multinode.sbatch.j2": ".torchrun-multinode.sbatch"},
+    "sif": {"apptainer.sh.j2": ".apptainer.sh", "torchrun-multinode.sbatch.j2": ".torchrun-multinode.sbatch"},
+}
+RDZV_PORT = 29500
+
+
+@dataclass(frozen=True)
+class LaunchParams:
+    gpus_per_node: int = 8
+    nodes: int = 2
+    train_script: str = "train.py"
+
+
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+
+
+def render_deffile(image_ref: str, labels: dict[str, str], row: str, lock_sha256: str) -> str:
+    """Independent of the output path: it is also embedded in the SIF, which must not change with it."""
+    return _env().get_template("apptainer.def.j2").render(
+        image_ref=image_ref,
+        labels=labels,
+        row=row,
+        lock_sha256=lock_sha256,
+        envbuilder_version=__version__,
+    )
+
+
+def render_launch(fmt: str, artifact: Path, params: LaunchParams) -> dict[str, str]:
+    """{suffix: text} of the launch snippets for `fmt` ('sqsh' or 'sif')."""
+    env = _env()
+    stem = artifact.name.rsplit(".", 1)[0]
+    out: dict[str, str] = {}
+    for template, suffix in LAUNCH_TEMPLATES[fmt].items():
+        out[suffix] = env.get_template(f"launch/{template}").render(
+            format=fmt,
+            artifact_name=artifact.name,
+            artifact_path=shlex.quote(str(artifact)),
+            job_name=stem,
+            gpus_per_node=params.gpus_per_node,
+            nodes=params.nodes,
+            train_script=params.train_script,
+            rdzv_port=RDZV_PORT,
+        )
+    return out

@@ -1,0 +1,182 @@
+"""Build a squashfs with the real `mksquashfs`, fed the merged root filesystem as a tar on stdin.
+
+`mksquashfs - OUT -tar` (squashfs-tools >= 4.5.1 as packaged by Debian 12) takes ownership and
+modes from the tar headers, so the image's numeric uid/gid land in the filesystem and nothing of
+the host's does; `-all-time`/`-mkfs-time` pin every timestamp and `-reproducible` (the default,
+stated anyway) makes the output independent of thread scheduling.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shlex
+import shutil
+import struct
+import subprocess
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from envbuilder.errors import DiskFullError, InvalidOptionError, ToolMissingError
+
+# enroot's default ENROOT_SQUASH_OPTIONS (NVIDIA/enroot conf/enroot.conf.in), minus -exit-on-error
+# which we always add.
+ENROOT_SQUASH_OPTIONS = "-comp lzo -noD"
+# Apptainer's SIF default: gzip, all other mksquashfs defaults.
+SIF_SQUASH_OPTIONS = "-comp gzip"
+
+SQUASHFS_MAGIC = b"hsqs"
+SUPERBLOCK = struct.Struct("<4sIIIIHHHHHHQQQQQQQQ")  # 96 bytes, squashfs 4.0
+COMPRESSORS = {1: "gzip", 2: "lzma", 3: "lzo", 4: "xz", 5: "lz4", 6: "zstd"}
+
+# Options that would break determinism or the layout we promise: refused in --squash-options.
+_REFUSED = {"-not-reproducible", "-append", "-offset", "-o", "-tar", "-no-strip", "-tarstyle"}
+
+
+@dataclass(frozen=True)
+class Superblock:
+    inodes: int
+    mkfs_time: int
+    block_size: int
+    fragments: int
+    compression: str
+    flags: int
+    ids: int
+    version: str
+    bytes_used: int
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "inodes": self.inodes,
+            "mkfs_time": self.mkfs_time,
+            "block_size": self.block_size,
+            "fragments": self.fragments,
+            "compression": self.compression,
+            "flags": self.flags,
+            "ids": self.ids,
+            "version": self.version,
+            "bytes_used": self.bytes_used,
+        }
+
+
+def parse_superblock(raw: bytes) -> Superblock | None:
+    """None when `raw` does not start with a squashfs 4 superblock."""
+    if len(raw) < SUPERBLOCK.size or raw[:4] != SQUASHFS_MAGIC:
+        return None
+    f = SUPERBLOCK.unpack(raw[: SUPERBLOCK.size])
+    (_, inodes, mkfs_time, block_size, fragments, comp, _block_log, flags, ids, major, minor) = f[:11]
+    bytes_used = f[12]
+    return Superblock(
+        inodes=inodes,
+        mkfs_time=mkfs_time,
+        block_size=block_size,
+        fragments=fragments,
+        compression=COMPRESSORS.get(comp, f"unknown({comp})"),
+        flags=flags,
+        ids=ids,
+        version=f"{major}.{minor}",
+        bytes_used=bytes_used,
+    )
+
+
+def mksquashfs_path() -> str:
+    path = shutil.which("mksquashfs")
+    if not path:
+        raise ToolMissingError(
+            "mksquashfs is not on PATH",
+            "install squashfs-tools (apt-get install squashfs-tools; scripts/setup-host.sh does it)",
+        )
+    return path
+
+
+def parse_squash_options(text: str) -> list[str]:
+    args = shlex.split(text)
+    bad = sorted(a for a in args if a in _REFUSED)
+    if bad:
+        raise InvalidOptionError(
+            f"--squash-options may not contain {', '.join(bad)} (export controls layout and determinism)",
+            "pass only compression/block options, e.g. --squash-options '-comp zstd -b 1M'",
+        )
+    return args
+
+
+@dataclass(frozen=True)
+class SquashSpec:
+    mtime: int
+    options: list[str]
+    processors: int | None = None
+    offset: int = 0
+    root_mode: int = 0o755
+    root_uid: int = 0
+    root_gid: int = 0
+
+
+def mksquashfs_command(out: Path, spec: SquashSpec) -> list[str]:
+    cmd = [
+        mksquashfs_path(), "-", str(out), "-tar", "-no-strip", "-noappend", "-reproducible",
+        "-exit-on-error", "-no-progress", "-quiet", "-no-xattrs",
+        "-mkfs-time", str(spec.mtime), "-all-time", str(spec.mtime),
+        "-root-mode", f"{spec.root_mode:o}", "-root-uid", str(spec.root_uid), "-root-gid", str(spec.root_gid),
+    ]  # fmt: skip
+    if spec.processors:
+        cmd += ["-processors", str(spec.processors)]
+    if spec.offset:
+        cmd += ["-o", str(spec.offset)]
+    return cmd + spec.options
+
+
+def _is_disk_full(stderr_text: str) -> bool:
+    return "No space left on device" in stderr_text
+
+
+def build_squashfs(out: Path, spec: SquashSpec, write_tar: Callable[[IO[bytes]], object]) -> str:
+    """Run mksquashfs writing `out`; `write_tar(stdin)` streams the root filesystem tar into it.
+
+    Returns mksquashfs's stderr. Raises DiskFullError on ENOSPC, RuntimeError on other failures.
+    """
+    cmd = mksquashfs_command(out, spec)
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err)
+        assert proc.stdin is not None
+        broken: BaseException | None = None
+        try:
+            write_tar(proc.stdin)
+            proc.stdin.close()
+        except BrokenPipeError as exc:  # mksquashfs died first: its stderr says why
+            broken = exc
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        rc = proc.wait()
+        err.seek(0)
+        text = err.read().decode(errors="replace")
+    if rc != 0 or broken is not None:
+        if _is_disk_full(text):
+            raise DiskFullError(
+                f"no space left on the filesystem of {out.parent} while mksquashfs wrote the image",
+                "free space there or choose another -o path; nothing partial was left",
+            )
+        raise RuntimeError(f"mksquashfs exited with {rc}: {text.strip()[-2000:]}")
+    return text
+
+
+def raise_if_enospc(exc: OSError, where: Path) -> None:
+    if exc.errno == errno.ENOSPC:
+        raise DiskFullError(
+            f"no space left on the filesystem of {where}",
+            "free space there or choose another -o path; nothing partial was left",
+        ) from exc
+
+
+def read_superblock(path: Path, offset: int = 0) -> Superblock | None:
+    with open(path, "rb") as fh:
+        fh.seek(offset)
+        return parse_superblock(fh.read(SUPERBLOCK.size))
+
+
+def file_size(path: Path) -> int:
+    return os.stat(path).st_size
