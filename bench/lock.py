@@ -26,13 +26,13 @@ sys.path.insert(0, str(REPO))
 from envbuilder.lock.uvrun import uv_binary, uv_env  # noqa: E402
 
 
-def timed(cmd: list[str], cwd: Path) -> float:
+def timed(cmd: list[str], cwd: Path) -> tuple[float, str]:
     t = time.perf_counter()
     proc = subprocess.run(cmd, cwd=cwd, env=uv_env(None), capture_output=True, text=True, check=False)
     elapsed = time.perf_counter() - t
     if proc.returncode != 0:
         sys.exit(f"failed: {' '.join(cmd)}\n{proc.stderr[-2000:]}")
-    return elapsed
+    return elapsed, proc.stdout
 
 
 def main() -> None:
@@ -41,21 +41,23 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-lock-"))
-    envb = [sys.executable, "-m", "envbuilder", "lock", "--nemo", args.nemo, "--no-detect"]
+    envb = [sys.executable, "-m", "envbuilder", "lock", "--nemo", args.nemo, "--no-detect", "--json"]
     try:
         # render once through envbuilder to get the exact pyproject raw uv will lock
         timed([*envb, "-o", str(work / "seed")], REPO)
-        raw_t, envb_t = [], []
+        raw_t, envb_t, own_t = [], [], []
         for i in range(args.rounds + 1):
             raw = work / f"raw{i}"
             raw.mkdir()
             shutil.copy(work / "seed" / "pyproject.toml", raw / "pyproject.toml")
-            r = timed([uv_binary(), "lock"], raw)
-            e = timed([*envb, "-o", str(work / f"envb{i}")], REPO)
+            r, _ = timed([uv_binary(), "lock"], raw)
+            e, out = timed([*envb, "-o", str(work / f"envb{i}")], REPO)
             if i == 0:
                 continue  # warm-up pair
             raw_t.append(r)
             envb_t.append(e)
+            # envbuilder's own work: wall time of the command minus the uv lock it ran
+            own_t.append(e - json.loads(out)["timings"]["uv_lock"])
             same = (raw / "uv.lock").read_bytes() == (work / f"envb{i}" / "uv.lock").read_bytes()
             if not same:
                 sys.exit("raw uv lock and envbuilder lock produced different uv.lock files")
@@ -67,6 +69,8 @@ def main() -> None:
             "raw_median_s": round(statistics.median(raw_t), 2),
             "envbuilder_median_s": round(statistics.median(envb_t), 2),
             "overhead_ratio": round(statistics.median(envb_t) / statistics.median(raw_t), 3),
+            "envbuilder_own_s": [round(x, 2) for x in own_t],
+            "own_overhead_ratio": round(1 + statistics.median(own_t) / statistics.median(raw_t), 3),
             "identical_uv_lock": True,
         }
         print(json.dumps(result, indent=2, sort_keys=True))
