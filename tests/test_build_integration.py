@@ -167,3 +167,29 @@ def test_target_builder_keeps_build_tools_and_runs_import_check(smoke_lockdir: P
     status, out = in_image("envbuilder-test/smoke-builder:latest", "sh", "-c",
                            "uv --version; ls /opt/envbuilder/lock/wheels")
     assert status == 0 and "uv 0." in out and "torch-" in out
+
+
+def test_a_pin_change_of_the_same_size_reaches_the_image(smoke_lockdir: Path, debian_base_image: str,
+                                                         tmp_path: Path, repo_root: Path) -> None:
+    # einops 0.8.1 -> 0.8.0 leaves pyproject.toml and uv.lock the same size, and the context files
+    # carry the lock's fixed mtime: a build must still see the new content (regression: BuildKit's
+    # incremental context sync skipped such files when the context was passed as ".").
+    matrices = tmp_path / "matrices"
+    shutil.copytree(repo_root / "matrices", matrices)
+    smoke = matrices / "smoke.toml"
+    assert '"einops==0.8.1"' in smoke.read_text()
+    smoke.write_text(smoke.read_text().replace('"einops==0.8.1"', '"einops==0.8.0"'))
+    lockdir = tmp_path / "smoke-einops"
+    args = ["lock", "--nemo", "smoke", "-o", str(lockdir), "--no-detect"]
+    if any(Path("/opt/wheels").glob("torch-*.whl")):  # as the smoke_lockdir fixture does
+        args += ["--find-links", "/opt/wheels"]
+    locked = run_cli(*args, env={"ENVBUILDER_MATRICES": str(matrices)}, timeout=900)
+    assert locked.returncode == 0, locked.stderr[-2000:]
+    assert (lockdir / "uv.lock").stat().st_size == (smoke_lockdir / "uv.lock").stat().st_size
+    tag = "envbuilder-test/smoke-pin:latest"
+    proc = run_cli("build", str(lockdir), "--target", "stage1", "--tag", tag, "--base", debian_base_image,
+                   "--no-scan")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    status, out = in_image(tag, "/opt/venv/bin/python", "-c",
+                           "import importlib.metadata as m; print(m.version('einops'))")
+    assert status == 0 and out.strip().splitlines()[-1] == "0.8.0", out
