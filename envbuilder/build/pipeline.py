@@ -184,7 +184,10 @@ def build_image(opts: BuildOptions, console: Console) -> dict[str, Any]:
             argv += ["--build-arg", f"{k}={v}"]
         if opts.no_cache:
             argv.append("--no-cache")
-        argv.append(".")
+        # The context by its unique absolute path, never ".": the CLI keys BuildKit's incremental
+        # context sync on the path, and files with the same size and (normalised) mtime as in the
+        # previous sync under that key would not be re-sent, so a changed uv.lock could go unseen.
+        argv.append(str(ctx.resolve()))
 
         shown: set[int] = set()
         t_build = time.monotonic()
