@@ -17,6 +17,10 @@ class Advice:
 
 
 _PATTERNS: list[tuple[str, str, str]] = [
+    # disk first: its messages quote wheel names and would match the patterns below
+    (r"No space left on device|os error 28|ENOSPC",
+     "the disk is full (uv cache, Docker build cache or the output directory)",
+     "free space: `uv cache prune`, `docker builder prune`, or point UV_CACHE_DIR / -o elsewhere"),
     # network
     (r"dns error|Name or service not known|failed to lookup address|Temporary failure in name resolution",
      "a package index or git host could not be resolved (DNS)",
@@ -63,7 +67,9 @@ _PATTERNS: list[tuple[str, str, str]] = [
     (r"Killed|signal 9|out of memory|Cannot allocate memory|cc1plus: fatal error",
      "the compiler ran out of memory (flash-attn and mamba-ssm need several GB per job)",
      "lower --jobs (MAX_JOBS) or give the build more memory"),
-    (r"manylinux_2_(\d+)",
+    (r"(not supported on this platform|no wheels? with a matching platform tag|"
+     r"has no wheels? (with|for) a (matching|compatible) platform).*manylinux_2_\d+|"
+     r"manylinux_2_\d+.*(not supported on this platform|no matching platform)",
      "a wheel needs a newer glibc than the target base image has",
      "pin the package below the release that raised its manylinux tag, or use a newer base OS"),
 ]

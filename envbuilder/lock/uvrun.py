@@ -6,7 +6,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from envbuilder.errors import NetworkError, UvError
+from envbuilder.errors import DiskFullError, NetworkError, UvError
 from envbuilder.troubleshoot import troubleshoot
 
 _NETWORK = ("dns error", "failed to lookup address", "name or service not known", "connection refused",
@@ -56,6 +56,10 @@ def run_uv_lock(project_dir: Path, ca_bundle: Path | None = None, extra: list[st
     headline = next((ln for ln in last if ln.startswith("error:")), last[0] if last else "uv lock failed")
     causes = [ln.strip() for ln in last if ln.strip().startswith("cause:")]
     detail = causes[-1] if causes else ""
+    if "No space left on device" in report or "os error 28" in report:
+        raise DiskFullError("uv lock ran out of disk space (uv cache or the lock directory)",
+                            "free space (`uv cache prune`), or set UV_CACHE_DIR to a bigger disk",
+                            log_tail=last[-15:])
     if "No solution found" not in report and any(s in report.lower() for s in _NETWORK):
         advice = troubleshoot(report)
         raise NetworkError(f"uv lock could not reach a package index: {detail or headline}",
