@@ -27,14 +27,17 @@ ENV UV_PROJECT_ENVIRONMENT=/opt/venv \
     PYTHONDONTWRITEBYTECODE=1
 COPY .venv/bin/uv /usr/local/bin/uv
 COPY envbuilder/build/tools/ /opt/envbuilder/tools/
-# A C/C++ toolchain for sdists (stage 1 has a few, e.g. cdifflib; stage 2 needs g++ beside nvcc):
-# installed from the base's apt when the base has none. Builder only; the runtime never sees it.
+# A C/C++ toolchain for sdists (stage 1 has a few, e.g. cdifflib; stage 2 needs g++ beside nvcc),
+# plus the Python headers when the base's own Python is used: installed from the base's apt when
+# missing. Builder only; the runtime never sees them.
 RUN --mount=type=cache,target=/root/.cache/uv,id=envbuilder-uv,sharing=shared \
     --mount=type=secret,id=ca \
     if [ -s /run/secrets/ca ]; then export SSL_CERT_FILE=/run/secrets/ca; fi \
-    && if ! command -v g++ >/dev/null && command -v apt-get >/dev/null; then \
+    && dev=""; if [ "$PYTHON_FROM" = system ] && [ ! -e "/usr/include/python$PYTHON/Python.h" ]; then \
+         dev="python$PYTHON-dev"; fi \
+    && if command -v apt-get >/dev/null && { ! command -v g++ >/dev/null || [ -n "$dev" ]; }; then \
          apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-           build-essential >/dev/null && rm -rf /var/lib/apt/lists/*; fi \
+           build-essential $dev >/dev/null && rm -rf /var/lib/apt/lists/*; fi \
     && mkdir -p /opt/python \
     && if [ "$PYTHON_FROM" = uv ]; then uv python install --no-bin "$PYTHON"; fi
 
@@ -57,8 +60,10 @@ FROM stage1 AS builder
 # The lock record (stage2_env, provenance) enters only now: editing it never re-runs stage 1.
 ARG LOCKDIR=build/v2.3.0
 COPY ${LOCKDIR}/envbuilder.lock.json ./envbuilder.lock.json
-# Their compiled wheels land in the uv cache mount, keyed by sdist hash, so a rebuild
-# after an unrelated pin change installs them from the cache instead of compiling.
+# Their compiled wheels land in the uv cache mount, in a directory keyed by what they were
+# compiled against (stage2_env.py --cache-key: torch, arch list, stage2_env, Python), so a
+# rebuild after a pure-Python pin change installs them from the cache instead of compiling,
+# and a change of torch or of the arch list compiles them again.
 ARG TORCH_CUDA_ARCH_LIST=8.0;8.6;8.9;9.0;10.0
 ARG NVTE_CUDA_ARCHS=80;86;89;90;100
 ARG MAX_JOBS=4
@@ -67,6 +72,7 @@ RUN --mount=type=cache,target=/root/.cache/uv,id=envbuilder-uv,sharing=shared \
     if [ -s /run/secrets/ca ]; then export SSL_CERT_FILE=/run/secrets/ca; fi \
     && eval "$(/opt/venv/bin/python /opt/envbuilder/tools/stage2_env.py envbuilder.lock.json)" \
     && export TORCH_CUDA_ARCH_LIST NVTE_CUDA_ARCHS MAX_JOBS \
+    && export UV_CACHE_DIR="/root/.cache/uv/stage2-$(/opt/venv/bin/python /opt/envbuilder/tools/stage2_env.py --cache-key envbuilder.lock.json)" \
     && uv sync --frozen --no-install-project --extra compile
 
 FROM ${RUNTIME_BASE} AS runtime

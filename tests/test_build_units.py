@@ -154,3 +154,23 @@ def test_cli_bad_secret_and_bad_lockdir_exit_codes(tmp_path: Path) -> None:
     assert bad_secret.returncode == 33 and "Traceback" not in bad_secret.stderr
     bad_dir = run(str(tmp_path / "lock"))
     assert bad_dir.returncode == 19 and "fix:" in bad_dir.stderr
+
+
+def test_stage2_cache_key_follows_what_kernels_are_compiled_against() -> None:
+    rec = {"stage2_env": {"CAUSAL_CONV1D_SKIP_CUDA_BUILD": "TRUE"}}
+    env = {"TORCH_CUDA_ARCH_LIST": "8.0;9.0", "NVTE_CUDA_ARCHS": "80;90", "MAX_JOBS": "2"}
+    key = stage2_env.cache_key(rec, env)
+    assert key == stage2_env.cache_key(dict(rec), {**env, "MAX_JOBS": "16"})  # jobs do not change the output
+    assert key != stage2_env.cache_key(rec, {**env, "TORCH_CUDA_ARCH_LIST": "9.0"})
+    assert key != stage2_env.cache_key({"stage2_env": {"CAUSAL_CONV1D_SKIP_CUDA_BUILD": "FALSE"}}, env)
+
+
+@pytest.mark.parametrize(("log", "needle"), [
+    ("csrc/x.c:1:10: fatal error: Python.h: No such file or directory\n"
+     "error: command '/usr/bin/x86_64-linux-gnu-gcc' failed with exit code 1", "python3-dev"),
+    ("error: command 'x86_64-linux-gnu-gcc' failed: No such file or directory", "build-essential"),
+    ("RuntimeError: causal_conv1d was requested, but nvcc was not found.", "--target stage1"),
+])
+def test_build_failures_get_advice(log: str, needle: str) -> None:
+    advice = troubleshoot(log)
+    assert advice is not None and needle in advice.fix

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
+from types import FrameType
 
 import click
 
 from envbuilder.console import emit_json, stderr_console
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
 
 
 @click.command()
@@ -32,7 +38,8 @@ from envbuilder.console import emit_json, stderr_console
 @click.option("--no-ca-bundle", is_flag=True, help="Pass no CA bundle into the build.")
 @click.option("--secret", "secrets", multiple=True, metavar="id=NAME,env=VAR|src=FILE",
               help="A BuildKit secret for the fetching steps, exported there as $NAME. Repeatable.")
-@click.option("--no-cache", is_flag=True, help="Ignore the layer cache (the uv cache mount is kept).")
+@click.option("--no-cache", is_flag=True,
+              help="Rebuild every layer (BuildKit also starts from an empty uv cache mount).")
 @click.option("--no-pull", is_flag=True, help="Never pull a missing base image.")
 @click.option("--no-scan", is_flag=True, help="Skip the scan of the image's layers for secret values.")
 @click.option("--log", "log_file", type=click.Path(path_type=Path, dir_okay=False), default=None,
@@ -47,6 +54,9 @@ def build(lockdir: Path, tag: str | None, base: str | None, mode: str | None, ar
     from envbuilder.build.secrets import default_ca_bundle, parse_secret
 
     console = stderr_console()
+    # A terminated build must still remove its secret files and temp context (finally blocks):
+    # turn SIGTERM into the KeyboardInterrupt the CLI already reports as "interrupted".
+    signal.signal(signal.SIGTERM, _interrupt)
     specs = [parse_secret(s) for s in secrets]
     bundle = None if no_ca_bundle else (ca_bundle or default_ca_bundle())
     opts = BuildOptions(lockdir=lockdir, tag=tag, base=base, mode=mode, arch_list=arch_list, jobs=jobs,
