@@ -11,7 +11,7 @@ LOCKDIR ?= build/$(NEMO)
 TAG    ?= envbuilder/nemo:$(NEMO)
 PYTEST_ARGS ?=
 
-.PHONY: setup host lock test lint unit integration image image-smoke sqsh sif certify bench clean
+.PHONY: setup host lock test lint unit integration image image-smoke sqsh sif certify bench clean dockerfile
 
 # ---- setup -----------------------------------------------------------------------
 $(VENV)/.installed: pyproject.toml

@@ -151,3 +151,16 @@ def test_images_toml_digests_are_verified_or_unknown() -> None:
             digest = entry[key]["digest"]
             assert digest == "unknown" or (digest.startswith("sha256:") and len(digest) == 71)
             assert entry[key]["source"].startswith("https://")
+
+
+def test_stage1_skips_deferred_stage2_packages() -> None:
+    """nemo-toolkit 2.0/2.1 [all] requires mamba-ssm: stage 1 must not build it before torch exists."""
+    from envbuilder.build.render import RenderValues, render_dockerfile
+
+    text = render_dockerfile(RenderValues(mode="hermetic", builder_base="b", runtime_base="r", python="3.11",
+                                          python_from="system", arch_list="9.0", jobs=2,
+                                          stage1_skip=("mamba-ssm",)))
+    stage1 = next(ln for ln in text.splitlines() if "uv sync --frozen --no-install-project --python" in ln)
+    assert stage1.endswith("--no-install-package mamba-ssm")
+    stage2 = next(ln for ln in text.splitlines() if "--extra compile" in ln)
+    assert "no-install-package" not in stage2

@@ -175,7 +175,8 @@ def build_image(opts: BuildOptions, console: Console) -> dict[str, Any]:
         ctx = Path(tmp)
         dockerfile = render_dockerfile(RenderValues(
             mode=mode, builder_base=bases.builder, runtime_base=bases.runtime, python=want_py,
-            python_from=python_from, arch_list=arch_list, jobs=jobs, secret_ids=tuple(secret_ids)))
+            python_from=python_from, arch_list=arch_list, jobs=jobs, secret_ids=tuple(secret_ids),
+            stage1_skip=tuple(sorted(lock.record.get("stage1_deferred") or ()))))
         files = assemble(ctx, lock, dockerfile, uv)
         iidfile = ctx / ".iid"
         argv = [cli, "build", "--progress=plain", "--target", opts.target, "-t", tag, "--iidfile", str(iidfile),

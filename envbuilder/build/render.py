@@ -40,6 +40,7 @@ class RenderValues:
     uv_src: str = "tools/uv"
     tools_src: str = "tools/envbuilder"
     lockdir_arg: str | None = None       # top-level Dockerfile: ARG LOCKDIR default
+    stage1_skip: tuple[str, ...] = ()    # the record's stage1_deferred: stage-2 sdists stage 1 depends on
     extra: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -110,7 +111,7 @@ def render_dockerfile(values: RenderValues, tdir: Path | None = None) -> str:
         python=values.python, python_from=values.python_from, arch_list=values.arch_list or '""',
         nvte_archs=values.nvte_archs or '""', jobs=values.jobs, secret_ids=sorted(values.secret_ids),
         lock_src=values.lock_src, record_src=values.record_src, uv_src=values.uv_src, tools_src=values.tools_src,
-        lockdir_arg=values.lockdir_arg, **values.extra,
+        lockdir_arg=values.lockdir_arg, stage1_skip=list(values.stage1_skip), **values.extra,
     )
     return "\n".join(line.rstrip() for line in text.splitlines()) + "\n"
 
