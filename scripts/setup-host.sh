@@ -13,7 +13,7 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 need=()
-[ -x /usr/bin/dockerd ] || need+=(docker.io)
+{ command -v dockerd >/dev/null || [ -x /usr/sbin/dockerd ]; } || need+=(docker.io)
 command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
 command -v mksquashfs >/dev/null || need+=(squashfs-tools)
 command -v go >/dev/null || need+=(golang-go)
