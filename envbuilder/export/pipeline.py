@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import json
 import os
 import shutil
@@ -35,6 +34,7 @@ from envbuilder.errors import (
 )
 from envbuilder.export import conventions, image_source, render, sif, squashfs
 from envbuilder.export.flatten import LayerSource, MergedTree, merge_layers, write_merged_tar
+from envbuilder.lock.record import sha256_file
 
 FORMATS = ("sqsh", "sif")
 
@@ -163,14 +163,6 @@ def _signals_interrupt() -> Iterator[None]:
             signal.signal(s, h)
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _root_attrs(tree: MergedTree) -> tuple[int, int, int]:
     root = tree.get("")
     if root is None or not root.info.isdir():
@@ -271,7 +263,7 @@ def export_image(opts: ExportOptions, progress: Callable[[str], None] = lambda _
     if opts.snippets:
         sidecars = write_sidecars(output, opts, deffile)
     return ExportResult(
-        path=output, format=opts.fmt, size=output.stat().st_size, sha256=_sha256(output),
+        path=output, format=opts.fmt, size=output.stat().st_size, sha256=sha256_file(output),
         seconds=time.monotonic() - started, image=opts.image, image_id=info.image_id, image_size=image_size,
         source_date_epoch=epoch, lock_sha256=lock_sha, row=row, squash_options=squash_args, stats=stats,
         sidecars=sidecars,
