@@ -5,7 +5,7 @@
 #
 # Build context layout: ${LOCKDIR}/ (pyproject.toml, uv.lock, optional wheels/ of a lock
 # directory), ${LOCKDIR}/envbuilder.lock.json (its record), .venv/bin/uv (the uv binary that
-# made the lock), envbuilder/build/tools/ (envbuilder's in-image helpers).
+# made the lock), envbuilder/image/tools/ (envbuilder's in-image helpers).
 ARG BUILDER_BASE=nvidia/cuda:12.8.1-cudnn-devel-ubuntu24.04
 ARG RUNTIME_BASE=nvidia/cuda:12.8.1-runtime-ubuntu24.04
 
@@ -26,7 +26,7 @@ ENV UV_PROJECT_ENVIRONMENT=/opt/venv \
     UV_NO_PROGRESS=1 \
     PYTHONDONTWRITEBYTECODE=1
 COPY .venv/bin/uv /usr/local/bin/uv
-COPY envbuilder/build/tools/ /opt/envbuilder/tools/
+COPY envbuilder/image/tools/ /opt/envbuilder/tools/
 # A C/C++ toolchain for sdists (stage 1 has a few, e.g. cdifflib; stage 2 needs g++ beside nvcc),
 # plus the Python headers when the base's own Python is used: installed from the base's apt when
 # missing. Builder only; the runtime never sees them.

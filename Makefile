@@ -31,7 +31,7 @@ lock: setup
 
 # ---- tests: lint, fast unit tests, then real-engine / real-PyPI integration tests --
 lint: setup
-	$(BIN)/ruff check envbuilder tests bench
+	$(BIN)/ruff check .
 	$(BIN)/mypy
 
 test: setup host lint
@@ -48,20 +48,20 @@ integration: setup host
 # image can be pulled), TARGET=builder stops after stage 2, BUILD_OPTS passes more `build` options.
 image: setup host
 	test -f $(LOCKDIR)/uv.lock || $(ENVB) lock --nemo $(NEMO) -o $(LOCKDIR)
-	$(if $(filter envbuilder/test-base:%,$(BASE)),$(BIN)/python -m envbuilder.build.baseimage --tag $(BASE))
+	$(if $(filter envbuilder/test-base:%,$(BASE)),$(BIN)/python -m envbuilder.image.baseimage --tag $(BASE))
 	$(ENVB) build $(LOCKDIR) --tag $(TAG) $(if $(BASE),--base $(BASE)) $(if $(TARGET),--target $(TARGET)) $(BUILD_OPTS)
 
 # image-smoke: the test-only smoke row on the bootstrapped Debian base (mmdebstrap + docker import);
 # the local CPU torch wheel is used when /opt/wheels has it, else PyPI's torch.
 image-smoke: setup host
-	$(BIN)/python -m envbuilder.build.baseimage
+	$(BIN)/python -m envbuilder.image.baseimage
 	test -f build/smoke/uv.lock || $(ENVB) lock --nemo smoke -o build/smoke --no-detect \
 		$(if $(wildcard /opt/wheels/torch-*.whl),--find-links /opt/wheels)
 	$(ENVB) build build/smoke --tag envbuilder/smoke:latest $(BUILD_OPTS)
 
 # dockerfile: regenerate /Dockerfile from templates/Dockerfile.hermetic.j2 (a test fails when stale)
 dockerfile: setup
-	$(BIN)/python -m envbuilder.build.render
+	$(BIN)/python -m envbuilder.image.render
 
 # export (issue 5): build the image first only when the engine lacks it
 ARTIFACT ?= build/nemo-$(NEMO)

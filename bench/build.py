@@ -103,7 +103,7 @@ def main() -> None:
     args = ap.parse_args()
     work = args.workdir or Path(tempfile.mkdtemp(prefix="envbuilder-bench-build-"))
     work.mkdir(parents=True, exist_ok=True)
-    from envbuilder.build.baseimage import bootstrap
+    from envbuilder.image.baseimage import bootstrap
 
     base = bootstrap()
     run_id = os.urandom(4).hex()

@@ -123,7 +123,7 @@ def _envbuilder_cli(args: list[str], timeout: int) -> str:
 @pytest.fixture(scope="session")
 def debian_base_image() -> str:
     """Tag of the bootstrapped Debian bookworm base (python3 3.11), e.g. envbuilder/test-base:bookworm."""
-    from envbuilder.build.baseimage import bootstrap
+    from envbuilder.image.baseimage import bootstrap
 
     return bootstrap()
 

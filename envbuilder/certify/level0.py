@@ -125,10 +125,10 @@ def _last_line(err: str) -> str:
 def _gpu_at_import() -> tuple[dict[str, str], Any]:
     """The image build's list of modules that need the driver to import (shared, stdlib-only module)."""
     try:
-        from envbuilder.build.tools.import_check import _GPU_ERROR, GPU_AT_IMPORT
+        from envbuilder.image.tools.import_check import _GPU_ERROR, GPU_AT_IMPORT
 
         return GPU_AT_IMPORT, _GPU_ERROR
-    except Exception:  # certify copied without envbuilder/build: treat every failure as real
+    except Exception:  # certify copied without envbuilder/image: treat every failure as real
         return {}, None
 
 

@@ -50,8 +50,8 @@ def build(lockdir: Path, tag: str | None, base: str | None, mode: str | None, ar
           secrets: tuple[str, ...], no_cache: bool, no_pull: bool, no_scan: bool, log_file: Path | None,
           as_json: bool) -> None:
     """Build LOCKDIR (made by `envbuilder lock`) into an image with the Docker engine (BuildKit)."""
-    from envbuilder.build.pipeline import BuildOptions, build_image
-    from envbuilder.build.secrets import default_ca_bundle, parse_secret
+    from envbuilder.image.pipeline import BuildOptions, build_image
+    from envbuilder.image.secrets import default_ca_bundle, parse_secret
 
     console = stderr_console()
     # A terminated build must still remove its secret files and temp context (finally blocks):

@@ -118,7 +118,7 @@ def render_dockerfile(values: RenderValues, tdir: Path | None = None) -> str:
 
 # Paths of the top-level Dockerfile's build context: the repository root after `make setup`.
 TOPLEVEL_UV = ".venv/bin/uv"
-TOPLEVEL_TOOLS = "envbuilder/build/tools"
+TOPLEVEL_TOOLS = "envbuilder/image/tools"
 
 
 def render_toplevel(builder_base: str, runtime_base: str, python: str = "3.12",
@@ -136,7 +136,7 @@ def render_toplevel(builder_base: str, runtime_base: str, python: str = "3.12",
 def write_toplevel(path: Path | None = None) -> Path:
     """Regenerate the repository's /Dockerfile (`make dockerfile`)."""
     from envbuilder.atomic import write_atomic
-    from envbuilder.build.images import default_bases
+    from envbuilder.image.images import default_bases
     from envbuilder.paths import REPO_ROOT
 
     target = path or REPO_ROOT / "Dockerfile"

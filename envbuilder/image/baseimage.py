@@ -1,6 +1,6 @@
 """Bootstrap the Debian test base without a registry: mmdebstrap -> `docker import`.
 
-`python -m envbuilder.build.baseimage [--tag T] [--force]` (also `make base-image`).
+`python -m envbuilder.image.baseimage [--tag T] [--force]` (also `make base-image`).
 Skipped when the tag already exists. Debian bookworm minbase + python3 (3.11) +
 ca-certificates; SOURCE_DATE_EPOCH pins mmdebstrap's timestamps.
 """
@@ -16,9 +16,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from envbuilder.build import engine
-from envbuilder.build.images import test_base_tag
 from envbuilder.errors import BaseImageMissingError, ToolMissingError
+from envbuilder.image import engine
+from envbuilder.image.images import test_base_tag
 
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"

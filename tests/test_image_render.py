@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from envbuilder.build import images
-from envbuilder.build.render import (
+from envbuilder.errors import InvalidOptionError
+from envbuilder.image import images
+from envbuilder.image.render import (
     RenderValues,
     default_arch_list,
     normalize_arch_list,
@@ -21,10 +22,9 @@ from envbuilder.build.render import (
     render_dockerfile,
     render_toplevel,
 )
-from envbuilder.errors import InvalidOptionError
 
 REPO = Path(__file__).resolve().parent.parent
-GOLDEN = Path(__file__).resolve().parent / "golden" / "build"
+GOLDEN = Path(__file__).resolve().parent / "golden" / "image"
 REGEN = os.environ.get("ENVBUILDER_REGEN_GOLDEN") == "1"
 
 CASES = {
@@ -155,7 +155,7 @@ def test_images_toml_digests_are_verified_or_unknown() -> None:
 
 def test_stage1_skips_deferred_stage2_packages() -> None:
     """nemo-toolkit 2.0/2.1 [all] requires mamba-ssm: stage 1 must not build it before torch exists."""
-    from envbuilder.build.render import RenderValues, render_dockerfile
+    from envbuilder.image.render import RenderValues, render_dockerfile
 
     text = render_dockerfile(RenderValues(mode="hermetic", builder_base="b", runtime_base="r", python="3.11",
                                           python_from="system", arch_list="9.0", jobs=2,

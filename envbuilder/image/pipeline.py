@@ -15,20 +15,20 @@ from rich.markup import escape
 
 from envbuilder import __version__
 from envbuilder.atomic import write_atomic
-from envbuilder.build import engine, layerscan
-from envbuilder.build.buildlog import BuildLog, Step
-from envbuilder.build.context import assemble, uv_binary, uv_version
-from envbuilder.build.images import BaseChoice, choose_bases
-from envbuilder.build.lockdir import LockDir, load_lockdir
-from envbuilder.build.render import (
+from envbuilder.errors import BuildFailedError, InvalidOptionError, SecretLeakError
+from envbuilder.image import engine, layerscan
+from envbuilder.image.buildlog import BuildLog, Step
+from envbuilder.image.context import assemble, uv_binary, uv_version
+from envbuilder.image.images import BaseChoice, choose_bases
+from envbuilder.image.lockdir import LockDir, load_lockdir
+from envbuilder.image.render import (
     RenderValues,
     default_arch_list,
     default_jobs,
     normalize_arch_list,
     render_dockerfile,
 )
-from envbuilder.build.secrets import SecretSpec, check_ca_bundle, proxy_settings, secret_files
-from envbuilder.errors import BuildFailedError, InvalidOptionError, SecretLeakError
+from envbuilder.image.secrets import SecretSpec, check_ca_bundle, proxy_settings, secret_files
 from envbuilder.paths import REPO_ROOT
 from envbuilder.troubleshoot import troubleshoot
 

@@ -16,8 +16,8 @@ import os
 import shutil
 from pathlib import Path
 
-from envbuilder.build.lockdir import LockDir
 from envbuilder.errors import LockDirError
+from envbuilder.image.lockdir import LockDir
 
 TOOLS_DIR = Path(__file__).resolve().parent / "tools"
 TOOLS = ("import_check.py", "stage2_env.py")

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from envbuilder.build import layerscan
-from envbuilder.build.buildlog import BuildLog
-from envbuilder.build.lockdir import load_lockdir
-from envbuilder.build.secrets import parse_secret, proxy_settings, secret_files
-from envbuilder.build.tools import stage2_env
 from envbuilder.errors import LockDirError, SecretSpecError
+from envbuilder.image import layerscan
+from envbuilder.image.buildlog import BuildLog
+from envbuilder.image.lockdir import load_lockdir
+from envbuilder.image.secrets import parse_secret, proxy_settings, secret_files
+from envbuilder.image.tools import stage2_env
 from envbuilder.troubleshoot import troubleshoot
 
 

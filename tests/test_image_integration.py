@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from envbuilder.build import engine, layerscan
-from envbuilder.build.secrets import SYSTEM_BUNDLE
+from envbuilder.image import engine, layerscan
+from envbuilder.image.secrets import SYSTEM_BUNDLE
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker]
 
