@@ -7,7 +7,11 @@ are grouped by pipeline stage so scripts can tell "my input was wrong" from
     2      usage (click)                  30-39  image build
     10-19  matrix, resolve, lock          40-49  export / inspect
     20-29  host detection, check-parallel 50-59  certify
-    70     internal error (a bug)         130    interrupted
+    60-69  kernels, wheelhouse, bundle    70     internal error (a bug)
+    71-79  reliability: signals, output   80-89  matrix data, refresh, prebuilt wheels
+           directories, concurrency       90-99  nightly: signing, report, regression gate
+    100-109 runtimes (apptainer, slurm)   110-119 caches, performance paths
+    120-129 command-line options          130    interrupted
 """
 
 from __future__ import annotations
@@ -256,6 +260,34 @@ class CertifyEnvironmentError(EnvbuilderError):
 
     exit_code = 52
     kind = "certify-environment"
+
+
+# --- 60-69: kernels, wheelhouse, bundle, install -----------------------------
+# (this section's classes go here)
+
+
+# --- 71-79: reliability: signals, output directories, concurrency, disk ------
+# (this section's classes go here)
+
+
+# --- 80-89: matrix data, refresh, prebuilt wheels ----------------------------
+# (this section's classes go here)
+
+
+# --- 90-99: nightly: signing, report, regression gate ------------------------
+# (this section's classes go here)
+
+
+# --- 100-109: runtimes (apptainer, slurm, enroot) ----------------------------
+# (this section's classes go here)
+
+
+# --- 110-119: caches and performance paths -----------------------------------
+# (this section's classes go here)
+
+
+# --- 120-129: command-line options -------------------------------------------
+# (this section's classes go here)
 
 
 # --- helpers ----------------------------------------------------------------------
