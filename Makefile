@@ -11,7 +11,7 @@ LOCKDIR ?= build/$(NEMO)
 TAG    ?= envbuilder/nemo:$(NEMO)
 PYTEST_ARGS ?=
 
-.PHONY: setup host lock test lint unit integration image image-smoke sqsh sif certify bench clean dockerfile
+.PHONY: setup host lock test lint unit integration image image-smoke sqsh sif certify bench clean dockerfile keys
 
 # ---- setup -----------------------------------------------------------------------
 $(VENV)/.installed: pyproject.toml
@@ -87,3 +87,10 @@ certify: setup
 
 clean:
 	rm -rf build .pytest_cache .mypy_cache .ruff_cache
+
+# ---- nightly certification: keys, pipeline, dashboard ------------------------------
+# keys: a new ed25519 pair for signing certificates. keys/envbuilder-signing.key goes into the CI
+# secret ENVBUILDER_SIGNING_KEY (never committed: .gitignore); keys/envbuilder-signing.pub is committed.
+KEYS_DIR ?= keys
+keys: setup
+	$(ENVB) keygen -o $(KEYS_DIR)

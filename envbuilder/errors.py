@@ -275,7 +275,55 @@ class CertifyEnvironmentError(EnvbuilderError):
 
 
 # --- 90-99: nightly: signing, report, regression gate ------------------------
-# (this section's classes go here)
+
+
+class SigningKeyError(EnvbuilderError):
+    """A signing or verification key is missing, unreadable, not ed25519, or would be overwritten."""
+
+    exit_code = 90
+    kind = "signing-key"
+
+
+class SignatureInvalidError(EnvbuilderError):
+    """verify-cert --key: the DSSE envelope's signature, key or statement does not match the certificate."""
+
+    exit_code = 91
+    kind = "signature-invalid"
+
+
+class CertificateUnsignedError(EnvbuilderError):
+    """verify-cert --key: the certificate has no DSSE envelope beside it."""
+
+    exit_code = 92
+    kind = "certificate-unsigned"
+
+
+class ReportInputError(EnvbuilderError):
+    """report: no certificate found, or a certificate or history file cannot be read."""
+
+    exit_code = 93
+    kind = "report-input"
+
+
+class RegressionError(EnvbuilderError):
+    """report --gate: tokens/s, GEMM TFLOP/s or NCCL bus bandwidth dropped more than the threshold."""
+
+    exit_code = 94
+    kind = "regression"
+
+
+class SbomError(EnvbuilderError):
+    """sbom: uv export or the image's package list failed."""
+
+    exit_code = 95
+    kind = "sbom"
+
+
+class NightlyRowsFailedError(EnvbuilderError):
+    """nightly: at least one row did not certify (each row's step and cause are in the summary)."""
+
+    exit_code = 96
+    kind = "nightly-rows-failed"
 
 
 # --- 100-109: runtimes (apptainer, slurm, enroot) ----------------------------

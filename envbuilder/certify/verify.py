@@ -51,3 +51,22 @@ def verify_certificate(cert: dict[str, Any], lock_sha256: str, artifact: dict[st
                                        failed=failed)
     return {"verified": True, "lock_sha256": lock_sha256, "artifact": have, "level": cert.get("level"),
             "row": cert.get("row"), "checks": len(cert["checks"])}
+
+
+def verify_sbom(cert: dict[str, Any], cert_dir: Path) -> dict[str, Any] | None:
+    """Recompute the sha256 of the SBOM the certificate names (it sits beside the certificate)."""
+    import hashlib
+
+    ref = (cert.get("artifact") or {}).get("sbom")
+    if not ref:
+        return None
+    path = Path(cert_dir) / str(ref.get("name"))
+    try:
+        have = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as exc:
+        raise CertificateMismatchError(f"the certificate names SBOM {path}, which cannot be read ({exc.strerror})",
+                                       "keep sbom.cdx.json beside certificate.json (copy the whole directory)") from exc
+    if have != ref.get("sha256"):
+        raise CertificateMismatchError(f"{path} is {have[:12]}…, the certificate names {str(ref.get('sha256'))[:12]}…",
+                                       "restore the SBOM written with the certificate, or certify again")
+    return {"name": ref.get("name"), "sha256": have, "verified": True}

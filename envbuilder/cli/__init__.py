@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "inspect": "envbuilder.cli.export_cmd:inspect",
     "certify": "envbuilder.cli.certify_cmd:certify",
     "verify-cert": "envbuilder.cli.certify_cmd:verify_cert",
+    "keygen": "envbuilder.cli.keygen_cmd:keygen",
 }
 
 

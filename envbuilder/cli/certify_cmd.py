@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import shutil
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -20,6 +22,7 @@ from envbuilder.errors import (
     InvalidOptionError,
 )
 
+SBOM_NAME = "sbom.cdx.json"
 _STYLE = {"pass": "green", "fail": "bold red", "skipped": "yellow", "not-installed": "dim"}
 
 
@@ -119,17 +122,32 @@ def _print_table(cert: dict[str, Any]) -> None:
 @click.option("--logs", type=click.Path(path_type=Path, file_okay=False),
               help="--venv/--in-place: keep the training and probe logs here.")
 @click.option("--timestamp", is_flag=True, help="Record the creation time (certificates have none by default).")
+@click.option("--sign", "sign_key", type=click.Path(path_type=Path, dir_okay=False),
+              help="ed25519 private key (PEM): write certificate.dsse.json, an in-toto statement in a DSSE "
+                   "envelope. Without it, a PEM key in $ENVBUILDER_SIGNING_KEY (a CI secret) is used.")
+@click.option("--sbom", type=click.Path(path_type=Path, dir_okay=False, exists=True),
+              help="CycloneDX SBOM of the artifact (envbuilder sbom): copied beside the certificate and "
+                   "named, with its sha256, in the certificate and the signed statement.")
 @click.option("--json", "as_json", is_flag=True, help="Print the certificate JSON on stdout.")
 def certify(image: str | None, sqsh: Path | None, sif: Path | None, venv: Path | None, in_place: bool,
             lock: Path | None, expect: Path | None, level: int, cpu: bool, only: str, steps: int, gpus: int,
-            python: str, output: Path | None, logs: Path | None, timestamp: bool, as_json: bool) -> None:
+            python: str, output: Path | None, logs: Path | None, timestamp: bool, sign_key: Path | None,
+            sbom: Path | None, as_json: bool) -> None:
     """Certify an environment: imports, kernels, GEMM, NCCL and tiny-pretrain checks, with a certificate."""
-    from envbuilder.certify.runner import artifact_record, inner_paths, run_certify
+    from envbuilder.certify.runner import artifact_record, inner_paths, run_certify, sha256_file
+    from envbuilder.certify.sign import KEY_ENV, load_private_key, sign_certificate
 
     t = _target(image, sqsh, sif, venv, in_place, python)
     if lock is not None and expect is not None:
         raise InvalidOptionError("--lock and --expect are alternatives", "pass one of them")
-    artifact = artifact_record(t)
+    signing = sign_key is not None or bool(os.environ.get(KEY_ENV, "").strip())
+    if (signing or sbom is not None) and output is None:
+        raise InvalidOptionError("--sign and --sbom need -o DIR (the envelope and SBOM sit beside the certificate)",
+                                 "add -o DIR")
+    key = load_private_key(sign_key) if signing else None  # fail on a bad key before the checks run
+    artifact: dict[str, Any] = dict(artifact_record(t))
+    if sbom is not None:
+        artifact["sbom"] = {"name": SBOM_NAME, "sha256": sha256_file(sbom)}
     with tempfile.TemporaryDirectory(prefix="envbuilder-certify-in-") as tmp:
         in_dir = Path(tmp)
         exp = _expectations(t, lock, expect, artifact, in_dir)
@@ -153,6 +171,12 @@ def certify(image: str | None, sqsh: Path | None, sif: Path | None, venv: Path |
             if timestamp:
                 args.append("--timestamp=" + datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
             rc, stdout = run_certify(t, args, in_dir, out_dir, gpus=level >= 1 and not cpu)
+            signed = None
+            if (out_dir / "certificate.json").exists() and output is not None:
+                if sbom is not None:
+                    shutil.copyfile(sbom, out_dir / SBOM_NAME)
+                if key is not None:  # signed in the staging dir: certificate and envelope appear together
+                    signed = sign_certificate(out_dir / "certificate.json", key)
     if rc not in (0, CertificationFailedError.exit_code):
         raise CertifyEnvironmentError(f"the checks could not run in the {t.kind} (exit code {rc})",
                                       "read the output above; `python -m envbuilder.certify --help` inside the "
@@ -163,7 +187,9 @@ def certify(image: str | None, sqsh: Path | None, sif: Path | None, venv: Path |
         raise CertifyEnvironmentError("the environment printed no certificate", "read the output above") from exc
     _print_table(cert)
     if output is not None:
-        stderr_console().print(f"wrote {output}/certificate.json and report.md")
+        stderr_console().print(f"wrote {output}/certificate.json and report.md"
+                               + (f", signed by key {signed.keyid[:12]}… ({output}/certificate.dsse.json)"
+                                  if signed else ""))
     if as_json:
         emit_json(cert)
     if cert["status"] != "pass":
@@ -184,13 +210,16 @@ def certify(image: str | None, sqsh: Path | None, sif: Path | None, venv: Path |
 @click.option("--image", help="Docker image the certificate must name (by image id).")
 @click.option("--sqsh", type=click.Path(path_type=Path, dir_okay=False), help="squashfs file (by sha256).")
 @click.option("--sif", type=click.Path(path_type=Path, dir_okay=False), help="SIF file (by sha256).")
+@click.option("--key", "public_key", type=click.Path(path_type=Path, dir_okay=False),
+              help="ed25519 public key (PEM): require certificate.dsse.json signed by it and binding CERT's bytes.")
 @click.option("--json", "as_json", is_flag=True, help="Print the verification result as JSON on stdout.")
 def verify_cert(cert: Path, lock: Path, image: str | None, sqsh: Path | None, sif: Path | None,
-                as_json: bool) -> None:
+                public_key: Path | None, as_json: bool) -> None:
     """Check that CERT belongs to this lock (and artifact) and that it passed."""
     from envbuilder.certify.expectations import read_lock
     from envbuilder.certify.runner import Target, artifact_record
-    from envbuilder.certify.verify import load_certificate, verify_certificate
+    from envbuilder.certify.sign import envelope_path, load_public_key, verify_signature
+    from envbuilder.certify.verify import load_certificate, verify_certificate, verify_sbom
 
     if sum(x is not None for x in (image, sqsh, sif)) > 1:
         raise InvalidOptionError("name at most one of --image, --sqsh, --sif", "pass the artifact you deploy")
@@ -201,9 +230,23 @@ def verify_cert(cert: Path, lock: Path, image: str | None, sqsh: Path | None, si
         artifact = artifact_record(Target("image", image))
     elif sqsh or sif:
         artifact = artifact_record(Target("sqsh" if sqsh else "sif", str(sqsh or sif)))
+    console = stderr_console()
+    signature: dict[str, Any]
+    if public_key is not None:  # first: an edited certificate is reported as edited, not as failed
+        signature = verify_signature(cert, load_public_key(public_key))
+    elif envelope_path(cert).exists():
+        signature = {"signed": True, "checked": False}
+        console.print(f"[yellow]warning[/]: {cert} is signed but the signature was not checked; pass --key PUB")
+    else:
+        signature = {"signed": False}
+        console.print(f"[yellow]warning[/]: {cert} is unsigned: anyone could have written it; "
+                      "certify with --sign KEY and verify with --key PUB")
     result = verify_certificate(data, record["lock_sha256"], artifact)
-    stderr_console().print(f"[green]verified[/]: {cert} belongs to lock {result['lock_sha256'][:12]}…"
-                           + (f" and {artifact['kind']} {artifact.get('ref')}" if artifact else "")
-                           + f", level {result['level']}, passed")
+    result["sbom"] = verify_sbom(data, cert.parent)
+    result["signature"] = signature
+    console.print(f"[green]verified[/]: {cert} belongs to lock {result['lock_sha256'][:12]}…"
+                  + (f" and {artifact['kind']} {artifact.get('ref')}" if artifact else "")
+                  + f", level {result['level']}, passed"
+                  + (f"; signature by key {signature['keyid'][:12]}… holds" if signature.get("keyid") else ""))
     if as_json:
         emit_json(result)
