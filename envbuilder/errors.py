@@ -338,6 +338,13 @@ class NightlyRowsFailedError(EnvbuilderError):
 # (this section's classes go here)
 
 
+class LockSchemaError(EnvbuilderError):
+    """A lock record (envbuilder.lock.json) has a schema version or fields this envbuilder does not read."""
+
+    exit_code = 120
+    kind = "lock-schema"
+
+
 # --- helpers ----------------------------------------------------------------------
 
 

@@ -139,8 +139,18 @@ def test_lockdir_errors(tmp_path: Path) -> None:
     with pytest.raises(LockDirError):
         load_lockdir(tmp_path)
     (tmp_path / "uv.lock").write_text("version = 1\n")
-    (tmp_path / "envbuilder.lock.json").write_text(json.dumps({
-        "files": {"uv.lock": "0" * 64}, "lock_sha256": "0" * 64, "row": "x", "mode": "hermetic"}))
+    (tmp_path / "envbuilder.lock.json").write_text(json.dumps({"schema": 1, "row": "x", "mode": "hermetic"}))
+    with pytest.raises(LockDirError, match="lacks"):
+        load_lockdir(tmp_path)
+    from envbuilder.lock.record import build_record
+    from envbuilder.matrix import load_matrix
+    from envbuilder.resolve import ResolveRequest, resolve
+
+    req = ResolveRequest(nemo="smoke")
+    rec = build_record(resolve(load_matrix(), req), req, tmp_path, "0.13.9", [], {}, [])
+    (tmp_path / "envbuilder.lock.json").write_text(rec.to_json())
+    assert load_lockdir(tmp_path).record == rec
+    (tmp_path / "uv.lock").write_text("version = 2\n")
     with pytest.raises(LockDirError, match="changed after locking"):
         load_lockdir(tmp_path)
 

@@ -26,8 +26,8 @@ def test_two_locks_are_byte_identical_and_check_detects_drift(tmp_path: Path) ->
     b = run_lock(m, ResolveRequest(nemo="smoke"), LockOptions(output=tmp_path / "b"))
     for name in FILES:
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
-    assert a.record["lock_sha256"] == b.record["lock_sha256"]
-    assert read_record(tmp_path / "a")["row"] == "smoke"
+    assert a.record.lock_sha256 == b.record.lock_sha256
+    assert read_record(tmp_path / "a").row == "smoke"
 
     # --check on an up-to-date lock: passes and writes nothing
     again = run_lock(m, ResolveRequest(nemo="smoke"), LockOptions(output=tmp_path / "a", check=True))
@@ -63,12 +63,12 @@ def test_cli_lock_check_exit_code(tmp_path: Path) -> None:
 def test_nemo_row_locks_stage2_from_metadata_records_without_building(tmp_path: Path) -> None:
     m = load_matrix(REPO / "matrices")
     res = run_lock(m, ResolveRequest(nemo="v2.3.0"), LockOptions(output=tmp_path / "lk", verbose_uv=True))
-    stage2 = res.record["stage2_packages"]
+    stage2 = res.record.stage2_packages
     assert {"transformer-engine-torch", "flash-attn", "mamba-ssm"} <= set(stage2)
     locked = {p.name: p for p in read_uv_lock(tmp_path / "lk" / "uv.lock")}
     log = res.uv_log
     for name in stage2:
-        version = res.record["pins"][name]["version"]
+        version = res.record.pins[name].version
         assert locked[name].version == version
         assert f"Found dependency metadata entry for `{name}=={version}`" in log, name
         # uv never prepared (built) its metadata; stage-1 sdists such as jieba legitimately are
@@ -78,4 +78,4 @@ def test_nemo_row_locks_stage2_from_metadata_records_without_building(tmp_path: 
     # sdist-only packages really are locked as sdists (nothing prebuilt on PyPI to fall back to)
     for name in ("flash-attn", "mamba-ssm", "transformer-engine-torch"):
         assert locked[name].has_sdist and not locked[name].wheels, name
-    assert res.record["exclude_newer"] and res.record["files"]["uv.lock"] == res.record["lock_sha256"]
+    assert res.record.exclude_newer and res.record.files["uv.lock"] == res.record.lock_sha256

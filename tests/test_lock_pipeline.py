@@ -16,7 +16,7 @@ from envbuilder.lock import pipeline as pipeline_mod
 from envbuilder.lock.platform import PlatformProblem, check_platform, find_constraint, target_tags
 from envbuilder.lock.uvlock import LockedPackage
 from envbuilder.matrix import load_matrix
-from envbuilder.resolve import ResolveRequest
+from envbuilder.resolve import ResolveRequest, resolve
 
 REPO = Path(__file__).resolve().parent.parent
 REG = {"registry": "https://pypi.org/simple"}
@@ -109,13 +109,19 @@ def test_refuses_to_swap_away_a_foreign_directory(tmp_path: Path) -> None:
 
 
 def test_read_record_detects_tampering(tmp_path: Path) -> None:
-    (tmp_path / "uv.lock").write_text("lock")
-    (tmp_path / "pyproject.toml").write_text("p")
+    """(the typed record's own tests are in test_lock_record.py)"""
     import hashlib
 
-    rec = {"files": {n: hashlib.sha256((tmp_path / n).read_bytes()).hexdigest() for n in ("uv.lock", "pyproject.toml")}}
-    (tmp_path / "envbuilder.lock.json").write_text(json.dumps(rec))
-    assert read_record(tmp_path)["files"] == rec["files"]
+    from envbuilder.lock.record import build_record
+
+    m = load_matrix(REPO / "matrices")
+    req = ResolveRequest(nemo="smoke")
+    (tmp_path / "uv.lock").write_text("lock")
+    (tmp_path / "pyproject.toml").write_text("p")
+    rec = build_record(resolve(m, req), req, tmp_path, "0.13.9", [], {}, [])
+    (tmp_path / "envbuilder.lock.json").write_text(rec.to_json())
+    assert read_record(tmp_path).files == {
+        n: hashlib.sha256((tmp_path / n).read_bytes()).hexdigest() for n in ("pyproject.toml", "uv.lock")}
     (tmp_path / "uv.lock").write_text("edited by hand")
     with pytest.raises(LockDirError, match="changed after locking"):
         read_record(tmp_path)

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from envbuilder.canonical import sha256_file
 from envbuilder.certify.expect import EXPECT_SCHEMA, normalize
 from envbuilder.errors import LockDirError
+from envbuilder.lock.record import RECORD_NAME, LockRecord
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -101,47 +104,47 @@ def torch_cxx11_abi(matrices: Path, torch_version: str | None) -> bool | None:
     return None
 
 
-def read_lock(lockdir: Path, strict: bool = True) -> dict[str, Any]:
-    """The lock record (hash-verified), or a minimal one for a bare uv.lock directory.
+@dataclass(frozen=True)
+class LockBinding:
+    """What a certificate binds to: uv.lock's sha256, and the record when the directory has one."""
+
+    lock_sha256: str
+    record: LockRecord | None
+
+
+def read_lock(lockdir: Path, strict: bool = True) -> LockBinding:
+    """The lock record (hash-verified), or only uv.lock's hash for a bare uv.lock directory.
 
     strict=False is for a lock copied out of an image: its local wheels/ stay behind, so only
     pyproject.toml and uv.lock are checked against the record.
     """
-    from envbuilder.lock.record import sha256_file
-
     lockdir = Path(lockdir)
     if not (lockdir / "uv.lock").exists():
         raise LockDirError(f"{lockdir} has no uv.lock", "pass the directory written by `envbuilder lock`")
-    if (lockdir / "envbuilder.lock.json").exists():
-        from envbuilder.lock.record import read_record
-
-        record = read_record(lockdir, verify=strict)
-        if not strict:
-            for name in ("pyproject.toml", "uv.lock"):
-                want = record.get("files", {}).get(name)
-                if want and sha256_file(lockdir / name) != want:
-                    raise LockDirError(f"{lockdir}: {name} does not match its record", "rebuild the image")
-        return record
-    return {"lock_sha256": sha256_file(lockdir / "uv.lock"), "row": None, "target": {}, "stage2_env": {}}
+    if (lockdir / RECORD_NAME).exists():
+        record = LockRecord.from_lockdir(lockdir, verify=True,
+                                         verify_only=None if strict else ("pyproject.toml", "uv.lock"))
+        return LockBinding(record.lock_sha256, record)
+    return LockBinding(sha256_file(lockdir / "uv.lock"), None)
 
 
 def expectations_from_lock(lockdir: Path, *, uv_bin: str, matrices: Path, artifact: dict[str, Any],
                            python: str | None = None, strict: bool = True) -> dict[str, Any]:
-    record = read_lock(lockdir, strict)
-    target = dict(record.get("target") or {})
-    py = python or str(target.get("python") or f"{sys.version_info[0]}.{sys.version_info[1]}")
+    lock = read_lock(lockdir, strict)
+    record = lock.record
+    target = record.target if record else None
+    py = python or (target.python if target else "") or f"{sys.version_info[0]}.{sys.version_info[1]}"
     packages = locked_packages(Path(lockdir), py, uv_bin)
-    torch_v = packages.get("torch") or target.get("torch")
-    arch = (record.get("stage2_env") or {}).get("TORCH_CUDA_ARCH_LIST") or (record.get("inputs") or {}).get(
-        "arch_list")
+    torch_v = packages.get("torch") or (target.torch if target else None)
+    arch = (record.stage2_env.get("TORCH_CUDA_ARCH_LIST") or record.inputs.get("arch_list")) if record else None
     return {
         "schema": EXPECT_SCHEMA,
-        "lock_sha256": record["lock_sha256"],
-        "row": record.get("row"),
+        "lock_sha256": lock.lock_sha256,
+        "row": record.row if record else None,
         "packages": dict(sorted(packages.items())),
         "target": {
-            "python": py, "torch": torch_v, "torch_variant": target.get("torch_variant"),
-            "cuda": target.get("cuda"), "min_driver": target.get("min_driver"),
+            "python": py, "torch": torch_v, "torch_variant": target.torch_variant if target else None,
+            "cuda": target.cuda if target else None, "min_driver": target.min_driver if target else None,
             "cxx11_abi": torch_cxx11_abi(matrices, torch_v), "arch_list": arch,
         },
         "nemo_locked": "nemo-toolkit" in packages,

@@ -7,7 +7,6 @@ mount and results come back through a writable one.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -16,7 +15,9 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from envbuilder.canonical import sha256_file
 from envbuilder.errors import CertifyEnvironmentError, ImageNotFoundError, ToolMissingError
+from envbuilder.lock.record import RECORD_NAME
 
 PKG_MOUNT = "/opt/envbuilder-certify"
 IN_MOUNT = "/opt/envbuilder-certify-in"
@@ -34,14 +35,6 @@ class Target:
 def package_root() -> Path:
     """Directory that contains envbuilder/ (what gets mounted)."""
     return Path(__file__).resolve().parents[2]
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def image_info(tag: str) -> tuple[str, dict[str, str]]:
@@ -82,7 +75,7 @@ def copy_lock_from_image(tag: str, dest: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     with tarfile.open(fileobj=buf) as tar:
         for m in tar.getmembers():
-            if m.isfile() and Path(m.name).name in ("uv.lock", "pyproject.toml", "envbuilder.lock.json"):
+            if m.isfile() and Path(m.name).name in ("uv.lock", "pyproject.toml", RECORD_NAME):
                 fh = tar.extractfile(m)
                 assert fh is not None
                 (dest / Path(m.name).name).write_bytes(fh.read())

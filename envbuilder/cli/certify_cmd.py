@@ -68,9 +68,10 @@ def _expectations(t: Any, lock: Path | None, expect: Path | None, artifact: dict
     if lock is not None and t.kind == "image":
         from envbuilder.certify.expectations import read_lock
         from envbuilder.certify.runner import image_info
+        from envbuilder.lock.record import LABEL_LOCK_SHA256
 
-        label = image_info(t.ref)[1].get("io.envbuilder.lock-sha256")
-        if label and label != read_lock(lock)["lock_sha256"]:
+        label = image_info(t.ref)[1].get(LABEL_LOCK_SHA256)
+        if label and label != read_lock(lock).lock_sha256:
             stderr_console().print(f"[yellow]warning[/]: {t.ref} was built from lock {label[:12]}…, not from "
                                    f"{lock}; expect drift failures")
     if lock is None and t.kind == "image":
@@ -134,7 +135,8 @@ def certify(image: str | None, sqsh: Path | None, sif: Path | None, venv: Path |
             python: str, output: Path | None, logs: Path | None, timestamp: bool, sign_key: Path | None,
             sbom: Path | None, as_json: bool) -> None:
     """Certify an environment: imports, kernels, GEMM, NCCL and tiny-pretrain checks, with a certificate."""
-    from envbuilder.certify.runner import artifact_record, inner_paths, run_certify, sha256_file
+    from envbuilder.canonical import sha256_file
+    from envbuilder.certify.runner import artifact_record, inner_paths, run_certify
     from envbuilder.certify.sign import KEY_ENV, load_private_key, sign_certificate
 
     t = _target(image, sqsh, sif, venv, in_place, python)
@@ -224,7 +226,7 @@ def verify_cert(cert: Path, lock: Path, image: str | None, sqsh: Path | None, si
     if sum(x is not None for x in (image, sqsh, sif)) > 1:
         raise InvalidOptionError("name at most one of --image, --sqsh, --sif", "pass the artifact you deploy")
     data = load_certificate(cert)
-    record = read_lock(lock)
+    lock_sha256 = read_lock(lock).lock_sha256
     artifact = None
     if image:
         artifact = artifact_record(Target("image", image))
@@ -241,7 +243,7 @@ def verify_cert(cert: Path, lock: Path, image: str | None, sqsh: Path | None, si
         signature = {"signed": False}
         console.print(f"[yellow]warning[/]: {cert} is unsigned: anyone could have written it; "
                       "certify with --sign KEY and verify with --key PUB")
-    result = verify_certificate(data, record["lock_sha256"], artifact)
+    result = verify_certificate(data, lock_sha256, artifact)
     result["sbom"] = verify_sbom(data, cert.parent)
     result["signature"] = signature
     console.print(f"[green]verified[/]: {cert} belongs to lock {result['lock_sha256'][:12]}…"

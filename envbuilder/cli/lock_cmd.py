@@ -64,14 +64,14 @@ def lock(nemo: str, output: Path | None, python: str | None, cuda: str | None, t
         result = run_lock(matrix, req, opts, progress=progress)
     rec = result.record
     if check:
-        console.print(f"[green]{out} is up to date[/green] (uv.lock sha256 {rec['lock_sha256'][:12]})")
+        console.print(f"[green]{out} is up to date[/green] (uv.lock sha256 {rec.lock_sha256[:12]})")
     else:
         verb = "wrote" if result.changed else "unchanged"
-        console.print(f"[green]{verb}[/green] {out}: {len(rec['pins'])} pins, python {rec['target']['python']}, "
-                      f"cuda {rec['target']['cuda']}, uv.lock sha256 {rec['lock_sha256'][:12]} "
+        console.print(f"[green]{verb}[/green] {out}: {len(rec.pins)} pins, python {rec.target.python}, "
+                      f"cuda {rec.target.cuda}, uv.lock sha256 {rec.lock_sha256[:12]} "
                       f"(uv lock {result.timings.get('uv_lock', 0):.1f}s, total {result.timings['total']:.1f}s)")
-        for c in rec["constraints_added"]:
+        for c in rec.constraints_added:
             console.print(f"added constraint {c['constraint']}: {c['reason']}")
     if as_json:
-        emit_json({"record": rec, "changed": result.changed, "output": str(out),
+        emit_json({"record": rec.to_dict(), "changed": result.changed, "output": str(out),
                    "timings": {k: round(v, 3) for k, v in sorted(result.timings.items())}})

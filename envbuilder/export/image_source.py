@@ -17,10 +17,6 @@ from typing import Any
 
 from envbuilder.errors import DiskFullError, DockerUnavailableError, ImageNotFoundError
 
-# Labels written by `envbuilder build` (issue 4); the export reads them back.
-LABEL_LOCK_SHA256 = "io.envbuilder.lock-sha256"
-LABEL_ROW = "io.envbuilder.row"
-LABEL_SOURCE_DATE = "io.envbuilder.source-date-epoch"
 SAVE_TIMEOUT_S = 3600
 
 

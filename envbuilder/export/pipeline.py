@@ -26,6 +26,8 @@ from types import FrameType
 from typing import Any
 
 from envbuilder.atomic import write_atomic
+from envbuilder.canonical import sha256_file
+from envbuilder.choices import EXPORT_FORMATS
 from envbuilder.errors import (
     DiskFullError,
     ExportInterruptedError,
@@ -34,9 +36,10 @@ from envbuilder.errors import (
 )
 from envbuilder.export import conventions, image_source, render, sif, squashfs
 from envbuilder.export.flatten import LayerSource, MergedTree, merge_layers, write_merged_tar
-from envbuilder.lock.record import sha256_file
+from envbuilder.lock import record as lock_record
+from envbuilder.lock.record import LockRecord
 
-FORMATS = ("sqsh", "sif")
+FORMATS = EXPORT_FORMATS
 
 
 @dataclass
@@ -107,23 +110,18 @@ def check_output(path: Path) -> None:
         ) from exc
 
 
-def _lock_record(lock_dir: Path) -> dict[str, Any]:
-    from envbuilder.lock.record import read_record  # verifies the lock dir's file hashes
-
-    return read_record(lock_dir)
-
-
 def provenance(info: image_source.ImageInfo, lock_dir: Path | None) -> tuple[int, str, str]:
     """(source_date_epoch, lock_sha256, row): image labels first, then the lock record, else 0/''."""
     labels = info.labels
-    record = _lock_record(lock_dir) if lock_dir else {}
-    raw_date = labels.get(image_source.LABEL_SOURCE_DATE) or record.get("source_date_epoch") or 0
+    # from_lockdir verifies the lock dir's file hashes
+    record = LockRecord.from_lockdir(lock_dir) if lock_dir else None
+    raw_date = labels.get(lock_record.LABEL_SOURCE_DATE) or (record.source_date_epoch if record else 0)
     try:
         epoch = int(raw_date)
     except (TypeError, ValueError):
         epoch = 0
-    lock_sha = labels.get(image_source.LABEL_LOCK_SHA256) or str(record.get("lock_sha256") or "")
-    row = labels.get(image_source.LABEL_ROW) or str(record.get("row") or "")
+    lock_sha = labels.get(lock_record.LABEL_LOCK_SHA256) or (record.lock_sha256 if record else "")
+    row = labels.get(lock_record.LABEL_ROW) or (record.row if record else "")
     return epoch, lock_sha, row
 
 
@@ -131,10 +129,10 @@ def artifact_labels(info: image_source.ImageInfo, epoch: int, lock_sha: str, row
     labels = {str(k): str(v) for k, v in info.labels.items()}
     labels.update(
         {
-            image_source.LABEL_LOCK_SHA256: lock_sha,
-            image_source.LABEL_ROW: row,
-            image_source.LABEL_SOURCE_DATE: str(epoch),
-            "io.envbuilder.image-id": info.image_id,
+            lock_record.LABEL_LOCK_SHA256: lock_sha,
+            lock_record.LABEL_ROW: row,
+            lock_record.LABEL_SOURCE_DATE: str(epoch),
+            lock_record.LABEL_IMAGE_ID: info.image_id,
         }
     )
     return labels

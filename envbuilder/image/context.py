@@ -18,10 +18,10 @@ from pathlib import Path
 
 from envbuilder.errors import LockDirError
 from envbuilder.image.lockdir import LockDir
+from envbuilder.lock.record import RECORD_NAME
 
 TOOLS_DIR = Path(__file__).resolve().parent / "tools"
 TOOLS = ("import_check.py", "stage2_env.py")
-RECORD = "envbuilder.lock.json"
 
 
 def uv_binary() -> Path:
@@ -51,7 +51,7 @@ def assemble(ctx: Path, lock: LockDir, dockerfile: str, uv: Path) -> list[str]:
         src = lock.path / rel
         if not src.is_file():
             raise LockDirError(f"{lock.path}: {rel} is listed but missing", "re-run envbuilder lock")
-        _copy(src, ctx / ("record" if str(rel) == RECORD else "lock") / rel, mtime)
+        _copy(src, ctx / ("record" if str(rel) == RECORD_NAME else "lock") / rel, mtime)
     _copy(uv, ctx / "tools" / "uv", mtime, 0o755)
     for name in TOOLS:
         _copy(TOOLS_DIR / name, ctx / "tools" / "envbuilder" / name, mtime)

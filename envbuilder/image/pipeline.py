@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import tempfile
 import time
@@ -15,6 +16,7 @@ from rich.markup import escape
 
 from envbuilder import __version__
 from envbuilder.atomic import write_atomic
+from envbuilder.choices import BUILD_TARGETS, DEFAULT_BUILD_TARGET
 from envbuilder.errors import BuildFailedError, InvalidOptionError, SecretLeakError
 from envbuilder.image import engine, layerscan
 from envbuilder.image.buildlog import BuildLog, Step
@@ -32,7 +34,7 @@ from envbuilder.image.secrets import SecretSpec, check_ca_bundle, proxy_settings
 from envbuilder.paths import REPO_ROOT
 from envbuilder.troubleshoot import troubleshoot
 
-TARGETS = ("stage1", "builder", "runtime")
+TARGETS = BUILD_TARGETS
 LOG_TAIL = 30
 
 
@@ -44,7 +46,7 @@ class BuildOptions:
     mode: str | None = None
     arch_list: str | None = None
     jobs: int | None = None
-    target: str = "runtime"
+    target: str = DEFAULT_BUILD_TARGET
     python: str | None = None
     ca_bundle: Path | None = None
     secrets: list[SecretSpec] = field(default_factory=list)
@@ -65,7 +67,7 @@ def _minor(version: str) -> str:
 
 
 def target_python(lock: LockDir) -> str:
-    py = str(lock.target.get("python") or "")
+    py = str(lock.target.python or "")
     if not py or py in ("unknown", "none"):
         raise InvalidOptionError("the lock record names no target Python", "pass --python X.Y")
     return _minor(py)
@@ -123,7 +125,7 @@ def build_image(opts: BuildOptions, console: Console) -> dict[str, Any]:
 
     c = engine.client()
     cli = engine.buildkit_cli()
-    bases: BaseChoice = choose_bases(lock.target, mode, opts.base)
+    bases: BaseChoice = choose_bases(dataclasses.asdict(lock.target), mode, opts.base)
     engine.ensure_base(c, bases.builder, pull=opts.pull)
     if bases.runtime != bases.builder:
         engine.ensure_base(c, bases.runtime, pull=opts.pull)
@@ -138,7 +140,7 @@ def build_image(opts: BuildOptions, console: Console) -> dict[str, Any]:
     if python_from == "probe":
         python_from = "system" if probe_python(c, bases.builder) == want_py else "uv"
 
-    cuda = str(lock.target.get("cuda") or "none")
+    cuda = str(lock.target.cuda or "none")
     arch_list = normalize_arch_list(opts.arch_list) if opts.arch_list else (
         default_arch_list(cuda) if cuda not in ("none", "unknown") else "")
     jobs = opts.jobs if opts.jobs else default_jobs()
@@ -150,7 +152,7 @@ def build_image(opts: BuildOptions, console: Console) -> dict[str, Any]:
     tag = opts.tag or default_tag(lock, opts.target)
     uv = uv_binary()
     uv_ver = uv_version(uv)
-    lock_uv = str(lock.record.get("uv_version", "unknown"))
+    lock_uv = lock.record.uv_version or "unknown"
     if lock_uv not in ("unknown", uv_ver):
         warnings.append(f"the lock was made with uv {lock_uv}; this envbuilder ships uv {uv_ver}")
 
@@ -176,7 +178,7 @@ def build_image(opts: BuildOptions, console: Console) -> dict[str, Any]:
         dockerfile = render_dockerfile(RenderValues(
             mode=mode, builder_base=bases.builder, runtime_base=bases.runtime, python=want_py,
             python_from=python_from, arch_list=arch_list, jobs=jobs, secret_ids=tuple(secret_ids),
-            stage1_skip=tuple(sorted(lock.record.get("stage1_deferred") or ()))))
+            stage1_skip=tuple(sorted(lock.record.stage1_deferred))))
         files = assemble(ctx, lock, dockerfile, uv)
         iidfile = ctx / ".iid"
         argv = [cli, "build", "--progress=plain", "--target", opts.target, "-t", tag, "--iidfile", str(iidfile),

@@ -16,10 +16,16 @@ from pathlib import Path
 
 import jinja2
 
+from envbuilder.choices import MODES
 from envbuilder.errors import InvalidOptionError
+from envbuilder.lock import record
 from envbuilder.paths import templates_dir
 
-MODES = ("hermetic", "ngc-base")
+# the io.envbuilder.* label names the templates write (defined beside the lock record)
+IMAGE_LABELS = {
+    "lock_sha256": record.LABEL_LOCK_SHA256, "row": record.LABEL_ROW, "mode": record.LABEL_MODE,
+    "version": record.LABEL_VERSION, "source_date": record.LABEL_SOURCE_DATE, "stage": record.LABEL_STAGE,
+}
 # A100, A10/RTX 30xx, L40/RTX 40xx, H100/H200; B200 (10.0) needs CUDA >= 12.8.
 DEFAULT_ARCHS = ("8.0", "8.6", "8.9", "9.0")
 _SECRET_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -36,7 +42,7 @@ class RenderValues:
     jobs: int
     secret_ids: tuple[str, ...] = ()     # besides "ca", always mounted
     lock_src: str = "lock"                # pyproject.toml, uv.lock, wheels/
-    record_src: str = "record/envbuilder.lock.json"
+    record_src: str = f"record/{record.RECORD_NAME}"
     uv_src: str = "tools/uv"
     tools_src: str = "tools/envbuilder"
     lockdir_arg: str | None = None       # top-level Dockerfile: ARG LOCKDIR default
@@ -111,7 +117,7 @@ def render_dockerfile(values: RenderValues, tdir: Path | None = None) -> str:
         python=values.python, python_from=values.python_from, arch_list=values.arch_list or '""',
         nvte_archs=values.nvte_archs or '""', jobs=values.jobs, secret_ids=sorted(values.secret_ids),
         lock_src=values.lock_src, record_src=values.record_src, uv_src=values.uv_src, tools_src=values.tools_src,
-        lockdir_arg=values.lockdir_arg, stage1_skip=list(values.stage1_skip), **values.extra,
+        lockdir_arg=values.lockdir_arg, stage1_skip=list(values.stage1_skip), label=IMAGE_LABELS, **values.extra,
     )
     return "\n".join(line.rstrip() for line in text.splitlines()) + "\n"
 
@@ -127,7 +133,7 @@ def render_toplevel(builder_base: str, runtime_base: str, python: str = "3.12",
     values = RenderValues(
         mode="hermetic", builder_base=builder_base, runtime_base=runtime_base, python=python,
         python_from="uv", arch_list=default_arch_list("12.8"), jobs=4,
-        lock_src="${LOCKDIR}", record_src="${LOCKDIR}/envbuilder.lock.json", uv_src=TOPLEVEL_UV,
+        lock_src="${LOCKDIR}", record_src=f"${{LOCKDIR}}/{record.RECORD_NAME}", uv_src=TOPLEVEL_UV,
         tools_src=TOPLEVEL_TOOLS, lockdir_arg=lockdir,
     )
     return render_dockerfile(values, tdir)

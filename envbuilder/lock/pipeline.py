@@ -13,7 +13,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from packaging.specifiers import SpecifierSet
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
@@ -22,7 +21,7 @@ from packaging.version import Version
 from envbuilder.atomic import promote_dir, staging_dir, write_atomic
 from envbuilder.errors import LockOutOfDateError, NetworkError, OutputPathError, PlatformWheelError
 from envbuilder.lock.platform import check_platform, fetch_release_files, find_constraint, source_builds, target_tags
-from envbuilder.lock.record import RECORD_NAME, build_record, dumps_record
+from envbuilder.lock.record import RECORD_NAME, LockRecord, build_record
 from envbuilder.lock.uvlock import LockedPackage, read_uv_lock, stage1_closure, stage1_packages
 from envbuilder.lock.uvrun import run_uv_lock, uv_version
 from envbuilder.matrix.model import Matrix
@@ -45,7 +44,7 @@ class LockOptions:
 
 @dataclass
 class LockResult:
-    record: dict[str, Any]
+    record: LockRecord
     resolution: Resolution
     changed: bool
     output: Path
@@ -213,7 +212,7 @@ def run_lock(matrix: Matrix, req: ResolveRequest, opts: LockOptions, progress: P
         record = build_record(res, req, staging, uv_version(), constraints, local_rel,
                               [str(p) for p in opts.find_links if p.is_dir()], deferred,
                               target_python=python, source_builds=builds)
-        write_atomic(staging / RECORD_NAME, dumps_record(record))
+        write_atomic(staging / RECORD_NAME, record.to_json())
         names = ["pyproject.toml", "uv.lock", RECORD_NAME, *local_rel.values()]
         changed = not (out.is_dir() and _same_contents(staging, out, names))
         if opts.check:

@@ -1,32 +1,46 @@
 """envbuilder.lock.json: inputs, chosen row, provenance per pin and file hashes.
 
+`LockRecord` is the only reader and writer of the record; every other package gets the
+lock through it. The image label names that bind an artifact to a lock live here too.
 Deterministic by construction: sorted keys, no timestamps, no host-specific paths.
 Builds, exports and certificates bind to `lock_sha256` (the sha256 of uv.lock).
 """
 
 from __future__ import annotations
 
-import hashlib
+import dataclasses
 import json
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from envbuilder import __version__
-from envbuilder.errors import LockDirError
+from envbuilder.canonical import dumps, sha256_file
+from envbuilder.errors import LockDirError, LockSchemaError
 from envbuilder.resolve.request import ResolveRequest
 from envbuilder.resolve.resolver import Resolution
 
 RECORD_NAME = "envbuilder.lock.json"
 SCHEMA = 1
+#: schema versions this envbuilder reads; a newer record fails with LockSchemaError instead of being misread
+SUPPORTED_SCHEMAS = (1,)
 
+# Image labels that bind an artifact to its lock: written by the Dockerfile templates, read by
+# export (sqsh/sif labels) and certify (drift warning). One spelling, here.
+LABEL_LOCK_SHA256 = "io.envbuilder.lock-sha256"
+LABEL_ROW = "io.envbuilder.row"
+LABEL_MODE = "io.envbuilder.mode"
+LABEL_VERSION = "io.envbuilder.version"
+LABEL_SOURCE_DATE = "io.envbuilder.source-date-epoch"
+LABEL_STAGE = "io.envbuilder.stage"
+LABEL_IMAGE_ID = "io.envbuilder.image-id"
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+__all__ = [
+    "LABEL_IMAGE_ID", "LABEL_LOCK_SHA256", "LABEL_MODE", "LABEL_ROW", "LABEL_SOURCE_DATE", "LABEL_STAGE",
+    "LABEL_VERSION", "RECORD_NAME", "SCHEMA", "LockRecord", "LockTarget", "PinRecord", "build_record",
+    "dumps_record", "read_record", "sha256_file", "source_date_epoch",
+]
 
 
 def source_date_epoch(exclude_newer: str) -> int:
@@ -36,79 +50,209 @@ def source_date_epoch(exclude_newer: str) -> int:
         return 0
 
 
+@dataclass(frozen=True)
+class LockTarget:
+    """The platform the lock targets (the record's "target" object)."""
+
+    python: str
+    requires_python: str
+    cuda: str | None
+    cudnn: str | None
+    torch: str | None
+    torch_variant: str | None
+    torch_index: str | None
+    min_driver: str | None
+    glibc: str
+    platform: str
+    container: str | None
+
+    @property
+    def python_minor(self) -> str:
+        """'3.12' from '3.12' or '3.12.4'."""
+        return ".".join(str(self.python).split(".")[:2])
+
+
+@dataclass(frozen=True)
+class PinRecord:
+    """One pinned component: version, install stage and where the version came from."""
+
+    version: str
+    stage: int
+    provenance: str
+    git: str | None = None
+    tag: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"version": self.version, "stage": self.stage, "provenance": self.provenance}
+        if self.git:
+            out.update(git=self.git, tag=self.tag)
+        return out
+
+
+@dataclass(frozen=True)
+class LockRecord:
+    """The parsed envbuilder.lock.json. `to_json(from_json(text)) == text` for every record we write."""
+
+    envbuilder_version: str
+    uv_version: str
+    row: str
+    mode: str
+    source: str
+    inputs: dict[str, Any]
+    host: dict[str, Any]
+    target: LockTarget
+    pins: dict[str, PinRecord]
+    local_wheels: dict[str, str]
+    provenance: dict[str, str]
+    omitted: dict[str, str]
+    constraints_added: list[dict[str, str]]
+    stage2_packages: list[str]
+    stage1_deferred: list[str]
+    source_builds: dict[str, list[str]]
+    stage2_env: dict[str, str]
+    warnings: list[str]
+    notes: list[dict[str, str]]
+    exclude_newer: str
+    source_date_epoch: int
+    files: dict[str, str]
+    lock_sha256: str
+    schema: int = SCHEMA
+
+    # ---- serialisation -------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "target":
+                value = dataclasses.asdict(value)
+            elif f.name == "pins":
+                value = {name: pin.to_dict() for name, pin in sorted(value.items())}
+            out[f.name] = value
+        return out
+
+    def to_json(self) -> str:
+        return dumps(self.to_dict(), ascii_only=True)
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = RECORD_NAME) -> LockRecord:
+        """Typed record from parsed JSON; LockSchemaError for another schema, LockDirError when malformed."""
+        if not isinstance(data, dict):
+            raise LockDirError(f"{where}: not a JSON object", "re-run envbuilder lock")
+        schema = data.get("schema")
+        if schema not in SUPPORTED_SCHEMAS:
+            raise LockSchemaError(
+                f"{where}: lock record schema {schema!r} is not one this envbuilder {__version__} reads "
+                f"(reads {', '.join(map(str, SUPPORTED_SCHEMAS))})",
+                "re-lock with this envbuilder (envbuilder lock), or use the envbuilder version that wrote it")
+        names = {f.name for f in dataclasses.fields(cls)}
+        missing = sorted(names - set(data))
+        if missing:
+            raise LockDirError(f"{where}: lock record lacks {', '.join(missing)}", "re-run envbuilder lock")
+        unknown = sorted(set(data) - names)
+        if unknown:  # a same-schema record with fields we do not know was not written by a release of ours
+            raise LockSchemaError(f"{where}: lock record has unknown field(s) {', '.join(unknown)}",
+                                  "re-lock with this envbuilder (envbuilder lock)")
+        try:
+            kwargs = dict(data)
+            kwargs["target"] = LockTarget(**data["target"])
+            kwargs["pins"] = {name: PinRecord(**pin) for name, pin in data["pins"].items()}
+            return cls(**kwargs)
+        except (TypeError, AttributeError) as exc:
+            raise LockDirError(f"{where}: malformed lock record ({exc})", "re-run envbuilder lock") from exc
+
+    @classmethod
+    def from_json(cls, text: str, where: str = RECORD_NAME) -> LockRecord:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise LockDirError(f"{where}: not valid JSON (line {exc.lineno})", "re-run envbuilder lock") from exc
+        return cls.from_dict(data, where)
+
+    @classmethod
+    def from_lockdir(cls, lockdir: Path, verify: bool = True, verify_only: tuple[str, ...] | None = None
+                     ) -> LockRecord:
+        """Load a lock directory's record; with verify, recompute every file hash it lists
+        (or only those in verify_only, for a lock copied out of an image without its wheels/)."""
+        lockdir = Path(lockdir)
+        path = lockdir / RECORD_NAME
+        if not path.is_file():
+            raise LockDirError(f"{lockdir} has no {RECORD_NAME}",
+                               f"create it with: envbuilder lock --nemo TAG -o {lockdir}")
+        record = cls.from_json(path.read_text(encoding="utf-8"), str(path))
+        if verify:
+            record.verify_files(lockdir, verify_only)
+        return record
+
+    # ---- checks ----------------------------------------------------------------------
+    def verify_files(self, lockdir: Path, only: tuple[str, ...] | None = None) -> None:
+        """Recompute the hash of every file the record lists; LockDirError on the first mismatch."""
+        for name, digest in sorted(self.files.items()):
+            if only is not None and name not in only:
+                continue
+            f = Path(lockdir) / name
+            if not f.is_file():
+                raise LockDirError(f"{lockdir}: {name} is missing", "re-run envbuilder lock")
+            if sha256_file(f) != digest:
+                raise LockDirError(f"{lockdir}: {name} was changed after locking (sha256 differs from the record)",
+                                   "re-run envbuilder lock instead of editing lock files by hand")
+
+
 def build_record(res: Resolution, req: ResolveRequest, lockdir: Path, uv_version: str,
                  constraints_added: list[dict[str, str]], local_wheels: dict[str, str],
                  find_links_used: list[str], stage1_deferred: list[str] | None = None,
                  target_python: str | None = None, source_builds: dict[str, list[str]] | None = None
-                 ) -> dict[str, Any]:
+                 ) -> LockRecord:
     files = {name: sha256_file(lockdir / name) for name in ("pyproject.toml", "uv.lock")}
     for rel in sorted(local_wheels.values()):
         files[rel] = sha256_file(lockdir / rel)
-    return {
-        "schema": SCHEMA,
-        "envbuilder_version": __version__,
-        "uv_version": uv_version,
-        "row": res.row,
-        "mode": res.mode,
-        "source": res.source,
-        "inputs": {
+    files = dict(sorted(files.items()))
+    return LockRecord(
+        schema=SCHEMA,
+        envbuilder_version=__version__,
+        uv_version=uv_version,
+        row=res.row,
+        mode=res.mode,
+        source=res.source,
+        inputs={
             "nemo": req.nemo, "python": req.python, "cuda": req.cuda, "torch": req.torch,
             "torch_index": req.torch_index, "set": [f"{n}=={v}" for n, v in req.overrides],
             "source": req.source, "mode": req.mode, "glibc": req.glibc,
             "allow_minor_compat": req.allow_minor_compat, "find_links": find_links_used,
         },
-        "host": {"kind": res.host_origin, "driver": res.driver, "sm": res.sm,
-                 "gpu": req.host.gpu_name, "gpu_count": req.host.gpu_count},
-        "target": {
-            "python": target_python or res.python, "requires_python": res.requires_python, "cuda": res.cuda,
-            "cudnn": res.cudnn, "torch": res.pins["torch"].version if "torch" in res.pins else None,
-            "torch_variant": res.torch_variant, "torch_index": res.torch_index, "min_driver": res.min_driver,
-            "glibc": res.glibc, "platform": "linux-x86_64", "container": res.container,
-        },
-        "pins": {name: {"version": p.version, "stage": p.stage, "provenance": p.provenance,
-                        **({"git": p.git_url, "tag": p.git_tag} if p.git_url else {})}
-                 for name, p in sorted(res.pins.items())},
-        "local_wheels": dict(sorted(local_wheels.items())),
-        "provenance": res.provenance,
-        "omitted": res.omitted,
-        "constraints_added": constraints_added,
-        "stage2_packages": sorted(p.name for p in res.stage(2)),
+        host={"kind": res.host_origin, "driver": res.driver, "sm": res.sm,
+              "gpu": req.host.gpu_name, "gpu_count": req.host.gpu_count},
+        target=LockTarget(
+            python=target_python or res.python, requires_python=res.requires_python, cuda=res.cuda,
+            cudnn=res.cudnn, torch=res.pins["torch"].version if "torch" in res.pins else None,
+            torch_variant=res.torch_variant, torch_index=res.torch_index, min_driver=res.min_driver,
+            glibc=res.glibc, platform="linux-x86_64", container=res.container,
+        ),
+        pins={name: PinRecord(p.version, p.stage, p.provenance, p.git_url or None, p.git_tag if p.git_url else None)
+              for name, p in sorted(res.pins.items())},
+        local_wheels=dict(sorted(local_wheels.items())),
+        provenance=res.provenance,
+        omitted=res.omitted,
+        constraints_added=constraints_added,
+        stage2_packages=sorted(p.name for p in res.stage(2)),
         # stage-2 packages that stage 1 also depends on: stage 1 must skip them
         # (`uv sync --frozen --no-install-package NAME`), stage 2 builds them
-        "stage1_deferred": sorted(stage1_deferred or []),
+        stage1_deferred=sorted(stage1_deferred or []),
         # what stage 1 builds from source on target.python: compiled = wheels exist but none fit
-        "source_builds": source_builds or {"compiled": [], "sdist_only": []},
-        "stage2_env": res.stage2_env,
-        "warnings": list(res.warnings),
-        "notes": [{"severity": n.severity, "text": n.text, "source": n.source} for n in res.notes],
-        "exclude_newer": res.exclude_newer,
-        "source_date_epoch": source_date_epoch(res.exclude_newer),
-        "files": files,
-        "lock_sha256": files["uv.lock"],
-    }
+        source_builds=source_builds or {"compiled": [], "sdist_only": []},
+        stage2_env=res.stage2_env,
+        warnings=list(res.warnings),
+        notes=[{"severity": n.severity, "text": n.text, "source": n.source} for n in res.notes],
+        exclude_newer=res.exclude_newer,
+        source_date_epoch=source_date_epoch(res.exclude_newer),
+        files=files,
+        lock_sha256=files["uv.lock"],
+    )
 
 
-def dumps_record(record: dict[str, Any]) -> str:
-    return json.dumps(record, indent=2, sort_keys=True) + "\n"
+def dumps_record(record: LockRecord) -> str:
+    return record.to_json()
 
 
-def read_record(lockdir: Path, verify: bool = True) -> dict[str, Any]:
+def read_record(lockdir: Path, verify: bool = True) -> LockRecord:
     """Load a lock directory's record; with verify, check every file hash it lists."""
-    lockdir = Path(lockdir)
-    path = lockdir / RECORD_NAME
-    if not path.exists():
-        raise LockDirError(f"{lockdir} has no {RECORD_NAME}",
-                           f"create it with: envbuilder lock --nemo TAG -o {lockdir}")
-    try:
-        record: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise LockDirError(f"{path}: not valid JSON (line {exc.lineno})", "re-run envbuilder lock") from exc
-    if verify:
-        for name, digest in sorted(record.get("files", {}).items()):
-            f = lockdir / name
-            if not f.exists():
-                raise LockDirError(f"{lockdir}: {name} is missing", "re-run envbuilder lock")
-            if sha256_file(f) != digest:
-                raise LockDirError(f"{lockdir}: {name} was changed after locking (sha256 differs from the record)",
-                                   "re-run envbuilder lock instead of editing lock files by hand")
-    return record
+    return LockRecord.from_lockdir(lockdir, verify=verify)

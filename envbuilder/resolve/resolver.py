@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from envbuilder.choices import MODES, SOURCES, TORCH_INDEXES
 from envbuilder.errors import InvalidOptionError, ResolveConflictError, UnknownPackageError, UnknownTagError
 from envbuilder.matrix.model import Fact, Matrix, Note, Release
 from envbuilder.resolve.components import BY_NAME, COMPONENTS, Component, te_parts
@@ -303,11 +304,11 @@ def _check_flash_vs_te(matrix: Matrix, row: Release, chosen: dict[str, tuple[str
 
 
 def _check_mode(req: ResolveRequest, row: Release) -> None:
-    if req.mode not in ("hermetic", "ngc-base"):
+    if req.mode not in MODES:
         raise InvalidOptionError(f"--mode {req.mode}: unknown mode", "use --mode hermetic or --mode ngc-base")
-    if req.source not in ("pypi", "git"):
+    if req.source not in SOURCES:
         raise InvalidOptionError(f"--source {req.source}: unknown source", "use --source pypi or --source git")
-    if req.torch_index not in ("pypi", "pytorch"):
+    if req.torch_index not in TORCH_INDEXES:
         raise InvalidOptionError(f"--torch-index {req.torch_index}: unknown", "use pypi or pytorch")
     if req.mode == "ngc-base":
         if not row.container.known:

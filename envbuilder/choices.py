@@ -1,0 +1,44 @@
+"""Every closed set of option values, spelled once.
+
+The click choices (envbuilder/cli/options.py) and the validators in the stages read these
+tuples, so a value cannot be accepted on the command line and refused by the code, or the
+other way round. Base layer: imported by every stage, imports nothing of envbuilder.
+"""
+
+from __future__ import annotations
+
+#: lock/build: how the environment is assembled. hermetic = everything from the lock on a CUDA
+#: base; ngc-base = on top of the row's NGC container, keeping its torch.
+MODES = ("hermetic", "ngc-base")
+DEFAULT_MODE = "hermetic"
+
+#: lock: where NeMo, NeMo-Run, Megatron-LM, mamba and causal-conv1d come from
+SOURCES = ("pypi", "git")
+DEFAULT_SOURCE = "pypi"
+
+#: lock: which index torch comes from
+TORCH_INDEXES = ("pypi", "pytorch")
+DEFAULT_TORCH_INDEX = "pypi"
+
+#: build: the Dockerfile stage to stop at
+BUILD_TARGETS = ("stage1", "builder", "runtime")
+DEFAULT_BUILD_TARGET = "runtime"
+
+#: export: artifact formats
+EXPORT_FORMATS = ("sqsh", "sif")
+#: file suffixes that name a format when --format is not given
+FORMAT_SUFFIXES = {"sqsh": "sqsh", "squashfs": "sqsh", "sif": "sif"}
+
+#: certify: the kinds of environment a certificate can be made in
+CERTIFY_TARGETS = ("image", "sqsh", "sif", "venv", "in-place")
+#: certify kinds that run on this host's filesystem (no container)
+HOST_TARGETS = ("venv", "in-place")
+#: certify levels: 0 no GPU, 1 one GPU, 2 several
+CERTIFY_LEVELS = (0, 1, 2)
+DEFAULT_CERTIFY_LEVEL = 1
+
+#: check-parallel: gradient buffer dtype
+GRAD_DTYPES = ("fp32", "bf16")
+
+#: --color
+COLORS = ("auto", "always", "never")
