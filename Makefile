@@ -11,7 +11,7 @@ LOCKDIR ?= build/$(NEMO)
 TAG    ?= envbuilder/nemo:$(NEMO)
 PYTEST_ARGS ?=
 
-.PHONY: setup host lock test lint unit integration image image-smoke sqsh sif certify bench clean dockerfile keys
+.PHONY: setup host lock test lint unit integration image image-smoke sqsh sif certify bench clean dockerfile keys dashboard-sample
 
 # ---- setup -----------------------------------------------------------------------
 $(VENV)/.installed: pyproject.toml
@@ -94,3 +94,8 @@ clean:
 KEYS_DIR ?= keys
 keys: setup
 	$(ENVB) keygen -o $(KEYS_DIR)
+
+# dashboard-sample: the committed sample dashboard, rendered from the real device certificates
+dashboard-sample: setup
+	rm -rf bench/results/dashboard
+	$(ENVB) report bench/results -o bench/results/dashboard

@@ -319,6 +319,13 @@ class SbomError(EnvbuilderError):
     kind = "sbom"
 
 
+class DashboardBrowserError(EnvbuilderError):
+    """report --browser-check: a page logged console messages or links to a missing file in Chromium."""
+
+    exit_code = 97
+    kind = "dashboard-browser"
+
+
 class NightlyRowsFailedError(EnvbuilderError):
     """nightly: at least one row did not certify (each row's step and cause are in the summary)."""
 

@@ -2,7 +2,8 @@
 # Installs and starts what the integration tests need on a fresh Debian/Ubuntu machine:
 # a Docker engine (Debian's docker.io, whose own CLI at /usr/bin/docker has BuildKit built in),
 # mmdebstrap (to bootstrap a base rootfs: no image registry is reachable), squashfs-tools,
-# and Go with the Sylabs SIF reference library (to read back the SIF files we write).
+# Go with the Sylabs SIF reference library (to read back the SIF files we write), and Chromium
+# (the nightly dashboard is checked in a real headless browser).
 # Idempotent: installs only what is missing, starts dockerd only when none answers.
 set -euo pipefail
 
@@ -18,6 +19,7 @@ command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
 command -v mksquashfs >/dev/null || need+=(squashfs-tools)
 command -v go >/dev/null || need+=(golang-go)
 [ -d /usr/share/gocode/src/github.com/sylabs/sif ] || need+=(golang-github-sylabs-sif-dev)
+command -v chromium >/dev/null || need+=(chromium)  # the dashboard test loads pages in headless Chromium
 if [ "${#need[@]}" -gt 0 ]; then
   echo "setup-host: installing ${need[*]}" >&2
   $SUDO apt-get update -qq

@@ -31,6 +31,7 @@ COMMANDS: dict[str, str] = {
     "certify": "envbuilder.cli.certify_cmd:certify",
     "verify-cert": "envbuilder.cli.certify_cmd:verify_cert",
     "keygen": "envbuilder.cli.keygen_cmd:keygen",
+    "report": "envbuilder.cli.report_cmd:report",
 }
 
 

@@ -1,0 +1,90 @@
+"""Find certificates (files, or directories searched recursively) and key them by row and GPU model."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from envbuilder.errors import ReportInputError
+
+CERT_NAME = "certificate.json"
+#: a rendered dashboard holds copies of certificates; searching a directory skips them
+DASHBOARD_MARKER = "dashboard.json"
+
+
+def _in_dashboard(f: Path, top: Path) -> bool:
+    return any((d / DASHBOARD_MARKER).exists() for d in f.parents if d == top or top in d.parents)
+
+
+@dataclass(frozen=True)
+class CertEntry:
+    path: Path
+    cert: dict[str, Any]
+    sha256: str
+
+    @property
+    def row(self) -> str:
+        return str(self.cert.get("row") or "no-row")
+
+    @property
+    def gpu_model(self) -> str:
+        """The GPU model the numbers were measured on ('cpu' when none): regressions compare like with like."""
+        names = sorted({str(g.get("name")) for g in (self.cert.get("host") or {}).get("gpus") or []})
+        return " + ".join(names) if names else "cpu"
+
+    @property
+    def gpu_count(self) -> int:
+        return int((self.cert.get("host") or {}).get("gpu_count") or 0)
+
+    @property
+    def label(self) -> str:
+        gpus = f"{self.gpu_count} × {self.gpu_model}" if self.gpu_count else "CPU"
+        return f"{self.row} · L{self.cert.get('level')} · {gpus}"
+
+    @property
+    def slug(self) -> str:
+        return re.sub(r"[^A-Za-z0-9._-]+", "-", f"{self.row}-L{self.cert.get('level')}-{self.gpu_count}x-"
+                      f"{self.gpu_model}").strip("-").lower()
+
+
+def _load(path: Path) -> CertEntry:
+    try:
+        raw = path.read_bytes()
+        cert = json.loads(raw)
+    except (OSError, ValueError) as exc:
+        raise ReportInputError(f"{path} is not a readable certificate ({exc})",
+                               "pass certificate.json files written by `envbuilder certify -o DIR`") from exc
+    if not isinstance(cert, dict) or not isinstance(cert.get("checks"), list) or "status" not in cert:
+        raise ReportInputError(f"{path} is not an envbuilder certificate",
+                               "pass certificate.json files written by `envbuilder certify -o DIR`")
+    return CertEntry(path, cert, hashlib.sha256(raw).hexdigest())
+
+
+def collect(paths: list[Path]) -> list[CertEntry]:
+    """Every certificate under `paths`, sorted by label; the same file named twice counts once."""
+    found: dict[Path, CertEntry] = {}
+    for p in paths:
+        if p.is_dir():
+            files = [f for f in sorted(p.rglob(CERT_NAME)) if not _in_dashboard(f, p)]
+            if not files:
+                raise ReportInputError(f"{p} holds no {CERT_NAME}", "pass the directories written by certify -o")
+        elif p.is_file():
+            files = [p]
+        else:
+            raise ReportInputError(f"{p} does not exist", "pass certificate files or directories holding them")
+        for f in files:
+            found.setdefault(f.resolve(), _load(f))
+    if not found:
+        raise ReportInputError("no certificates given", "envbuilder report CERT_OR_DIR... -o site/")
+    entries = sorted(found.values(), key=lambda e: (e.label, str(e.path)))
+    seen: dict[str, Path] = {}
+    for e in entries:
+        if e.slug in seen:
+            raise ReportInputError(f"{e.path} and {seen[e.slug]} certify the same row on the same GPUs and level",
+                                   "report one night at a time; older nights belong in the history file")
+        seen[e.slug] = e.path
+    return entries

@@ -1,0 +1,35 @@
+"""Performance numbers a certificate measured: tokens/s per training check, GEMM TFLOP/s, NCCL busbw.
+
+Keys name the check they come from, so a 2-GPU NCCL number is never compared with a 4-GPU one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: metric key prefix -> (title, unit)
+KINDS = {"tokens_per_s": ("training throughput", "tokens/s"), "gemm_tflops": ("GEMM", "TFLOP/s"),
+         "nccl_busbw_gbps": ("NCCL all-reduce bus bandwidth", "GB/s")}
+
+
+def metrics_of(cert: dict[str, Any]) -> dict[str, float]:
+    """{'tokens_per_s:pretrain:torch-gpt-1gpu': 630469.0, 'gemm_tflops:gemm-bf16': 695.2, ...} from passed checks."""
+    out: dict[str, float] = {}
+    for c in cert.get("checks") or []:
+        m = c.get("measured")
+        if c.get("status") != "pass" or not isinstance(m, dict):
+            continue
+        name = str(c.get("name"))
+        if isinstance(m.get("tokens_per_s"), (int, float)):
+            out[f"tokens_per_s:{name}"] = float(m["tokens_per_s"])
+        if name.startswith("gemm") and isinstance(m.get("probe_tflops"), (int, float)):
+            out[f"gemm_tflops:{name}"] = float(m["probe_tflops"])
+        if name.startswith("nccl") and isinstance(m.get("best_busbw_gbps"), (int, float)):
+            out[f"nccl_busbw_gbps:{name}"] = float(m["best_busbw_gbps"])
+    return dict(sorted(out.items()))
+
+
+def describe(key: str) -> str:
+    kind, _, check = key.partition(":")
+    title, unit = KINDS.get(kind, (kind, ""))
+    return f"{title} ({unit}) — {check}"

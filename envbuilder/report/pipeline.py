@@ -1,0 +1,145 @@
+"""`envbuilder report`: certificates -> static site + history.json + regressions.
+
+The site is written to a staging directory and swapped in whole, so a reader (or a Pages deploy)
+never sees half a dashboard; a directory that is not a previous dashboard is never replaced.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from envbuilder.atomic import promote_dir, staging_dir, write_atomic
+from envbuilder.console import dumps
+from envbuilder.errors import EnvbuilderError, ReportInputError
+from envbuilder.report.collect import DASHBOARD_MARKER, CertEntry, collect
+from envbuilder.report.gate import DEFAULT_THRESHOLD_PCT, find_regressions
+from envbuilder.report.history import History
+from envbuilder.report.metrics import metrics_of
+from envbuilder.report.site import CSS, RowView, render_index, render_row
+
+MARKER = DASHBOARD_MARKER
+BESIDE_CERT = ("certificate.json", "certificate.dsse.json", "sbom.cdx.json", "report.md")
+LOCK_FILES = ("pyproject.toml", "uv.lock", "envbuilder.lock.json")
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class ReportOptions:
+    inputs: list[Path]
+    output: Path
+    history: Path | None = None  # default: OUTPUT/history.json
+    threshold_pct: float = DEFAULT_THRESHOLD_PCT
+    locks: Path | None = None  # a directory of lock directories (locks/<row>/), matched by uv.lock sha256
+    public_key: Path | None = None
+
+
+@dataclass
+class ReportResult:
+    output: Path
+    history: Path
+    threshold_pct: float
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def regressed(self) -> list[dict[str, Any]]:
+        return [r for r in self.rows if r["regressions"]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"output": str(self.output), "history": str(self.history), "threshold_pct": self.threshold_pct,
+                "rows": self.rows, "failed": [r["label"] for r in self.rows if r["status"] != "pass"],
+                "regressed": [r["label"] for r in self.regressed]}
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _locks_by_sha(locks: Path | None) -> dict[str, Path]:
+    if locks is None:
+        return {}
+    if not locks.is_dir():
+        raise ReportInputError(f"--locks {locks} is not a directory", "pass the directory holding <row>/uv.lock")
+    return {_sha256(p): p.parent for p in sorted(locks.glob("*/uv.lock"))}
+
+
+def _signature(e: CertEntry, public_key: Any) -> str:
+    from envbuilder.certify.sign import envelope_path, verify_signature
+
+    if not envelope_path(e.path).exists():
+        return "unsigned"
+    if public_key is None:
+        return "signed, not checked"
+    try:
+        out = verify_signature(e.path, public_key)
+    except EnvbuilderError as err:
+        return f"INVALID signature: {err.cause}"
+    return f"signed ✓ key {out['keyid'][:12]}"
+
+
+def _check_output(out: Path) -> None:
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MARKER).exists())):
+        raise ReportInputError(f"{out} exists and is not an envbuilder dashboard; it would be replaced",
+                               "pick a new or empty directory for -o")
+
+
+def build_report(opts: ReportOptions, progress: Progress = lambda _m: None) -> ReportResult:
+    out = Path(opts.output)
+    _check_output(out)
+    entries = collect(list(opts.inputs))
+    progress(f"read {len(entries)} certificate(s)")
+    hist_path = opts.history or out / "history.json"
+    history = History.load(hist_path)
+    locks = _locks_by_sha(opts.locks)
+    pub = None
+    if opts.public_key is not None:
+        from envbuilder.certify.sign import load_public_key
+
+        pub = load_public_key(opts.public_key)
+    views: list[RowView] = []
+    for e in entries:
+        prev = history.previous(e)
+        regs = find_regressions(metrics_of(e.cert), prev["metrics"], opts.threshold_pct) if prev else []
+        views.append(RowView(e, prev["certificate_sha256"] if prev else None, regs, _signature(e, pub)))
+    for e in entries:
+        history.add(e)
+    result = ReportResult(out, hist_path, opts.threshold_pct)
+    with staging_dir(out) as stage:
+        write_atomic(stage / "style.css", CSS.lstrip())
+        for v in views:
+            page = stage / "rows" / v.entry.slug
+            page.mkdir(parents=True)
+            for name in BESIDE_CERT:
+                src = v.entry.path.with_name(name)
+                if src.is_file():
+                    shutil.copyfile(src, page / name)
+                    v.files.append(name)
+            lockdir = locks.get(str(v.entry.cert.get("lock_sha256")))
+            if lockdir is not None:
+                (page / "lock").mkdir()
+                for name in LOCK_FILES:
+                    if (lockdir / name).is_file():
+                        shutil.copyfile(lockdir / name, page / "lock" / name)
+                        v.lock_files.append(f"lock/{name}")
+            v.history = history.series(v.entry)
+            write_atomic(page / "index.html", render_row(v, opts.threshold_pct))
+            result.rows.append({"label": v.entry.label, "row": v.entry.row, "slug": v.entry.slug,
+                                "gpu_model": v.entry.gpu_model, "level": v.entry.cert.get("level"),
+                                "status": v.entry.cert["status"], "perf": v.perf, "signature": v.signature,
+                                "certificate": str(v.entry.path), "certificate_sha256": v.entry.sha256,
+                                "previous_sha256": v.previous_sha256,
+                                "regressions": [r.to_dict() for r in v.regressions]})
+            progress(f"{v.entry.label}: {v.entry.cert['status']}, perf {v.perf}")
+        write_atomic(stage / "index.html", render_index(views, opts.threshold_pct))
+        inside = hist_path.resolve().parent == out.resolve()
+        history.save(stage / hist_path.name if inside else hist_path)
+        if not inside:  # a copy next to the pages, so the published site carries its history
+            shutil.copyfile(hist_path, stage / "history.json")
+        write_atomic(stage / MARKER, dumps(result.to_dict()))
+        promote_dir(stage, out)
+    return result
