@@ -11,7 +11,7 @@ LOCKDIR ?= build/$(NEMO)
 TAG    ?= envbuilder/nemo:$(NEMO)
 PYTEST_ARGS ?=
 
-.PHONY: setup host lock test lint unit integration image image-smoke sqsh sif certify bench clean dockerfile keys dashboard-sample
+.PHONY: apptainer-rootfs setup host lock test lint unit integration image image-smoke sqsh sif certify bench clean dockerfile keys dashboard-sample
 
 # ---- setup -----------------------------------------------------------------------
 $(VENV)/.installed: pyproject.toml
@@ -84,6 +84,11 @@ CERTIFY_ARGS ?= --image $(TAG)
 certify: setup
 	$(ENVB) certify $(CERTIFY_ARGS) --level $(LEVEL) -o $(CERT_DIR) \
 		$(if $(wildcard $(LOCKDIR)/envbuilder.lock.json),--lock $(LOCKDIR))
+
+# apptainer-rootfs: the cached Debian sid rootfs with Apptainer (scripts/setup-host.sh makes it too);
+# scripts/bin/apptainer runs that Apptainer as an unprivileged user. FORCE=1 rebootstraps it.
+apptainer-rootfs:
+	scripts/apptainer-rootfs.sh $(if $(FORCE),--force)
 
 clean:
 	rm -rf build .pytest_cache .mypy_cache .ruff_cache

@@ -2,8 +2,11 @@
 # Installs and starts what the integration tests need on a fresh Debian/Ubuntu machine:
 # a Docker engine (Debian's docker.io, whose own CLI at /usr/bin/docker has BuildKit built in),
 # mmdebstrap (to bootstrap a base rootfs: no image registry is reachable), squashfs-tools,
-# Go with the Sylabs SIF reference library (to read back the SIF files we write), and Chromium
-# (the nightly dashboard is checked in a real headless browser).
+# Go with the Sylabs SIF reference library (to read back the SIF files we write), Chromium
+# (the nightly dashboard is checked in a real headless browser), and the real runtimes the
+# runtime tests use: Slurm 22.05 + munge from bookworm (started per test session by a fixture,
+# never here) and Apptainer from a cached Debian sid rootfs (scripts/apptainer-rootfs.sh,
+# entered by scripts/bin/apptainer).
 # Idempotent: installs only what is missing, starts dockerd only when none answers.
 set -euo pipefail
 
@@ -20,6 +23,12 @@ command -v mksquashfs >/dev/null || need+=(squashfs-tools)
 command -v go >/dev/null || need+=(golang-go)
 [ -d /usr/share/gocode/src/github.com/sylabs/sif ] || need+=(golang-github-sylabs-sif-dev)
 command -v chromium >/dev/null || need+=(chromium)  # the dashboard test loads pages in headless Chromium
+# the daemons only: the packages' init scripts are not used (the test fixture runs them with a
+# private config, socket and state dir)
+command -v slurmctld >/dev/null || need+=(slurmctld)
+command -v slurmd >/dev/null || need+=(slurmd)
+command -v sbatch >/dev/null || need+=(slurm-client)
+command -v munged >/dev/null || need+=(munge)
 if [ "${#need[@]}" -gt 0 ]; then
   echo "setup-host: installing ${need[*]}" >&2
   $SUDO apt-get update -qq
@@ -35,4 +44,6 @@ if ! /usr/bin/docker info >/dev/null 2>&1; then
   done
   /usr/bin/docker info >/dev/null 2>&1 || { echo "setup-host: dockerd did not start; see /var/log/envbuilder-dockerd.log" >&2; exit 1; }
 fi
+# Apptainer rootfs: a no-op when cached (~/.cache/envbuilder/apptainer-sid), about a minute cold
+"$(dirname "$0")/apptainer-rootfs.sh" >/dev/null
 echo "setup-host: ready (docker $(/usr/bin/docker version --format '{{.Server.Version}}'))" >&2
