@@ -1,21 +1,45 @@
-"""Atomic file and directory replacement: a failed run never leaves a half-written output."""
+"""Atomic file and directory replacement: a failed run never leaves a half-written output.
+
+Output directories belong to the user too: `claim_output_dir` refuses a non-empty directory
+envbuilder did not make, follows a symlinked -o to its target, creates new directories 0755,
+holds an exclusive lock for the run and removes staging directories that dead runs left;
+`commit_files` replaces only the files envbuilder owns and leaves everything else (a `.venv`,
+notes) and the directory's mode alone.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
 import ctypes.util
+import errno
+import fcntl
+import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+
+from envbuilder.errors import (
+    EnvbuilderError,
+    ForeignOutputDirError,
+    NoSpaceError,
+    OutputBusyError,
+    OutputPathError,
+    OutputWriteError,
+)
+
+DIR_MODE = 0o755
+FILE_MODE = 0o644
+STAGING_INFIX = ".staging."
+COMMIT_NAME = ".envbuilder-commit.json"
 
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 
 
-def write_atomic(path: Path, data: bytes | str, mode: int = 0o644) -> None:
+def write_atomic(path: Path, data: bytes | str, mode: int = FILE_MODE) -> None:
     """Write to a temp file in the same directory, fsync, then rename over `path`."""
     path = Path(path)
     raw = data.encode() if isinstance(data, str) else data
@@ -41,7 +65,7 @@ def staging_dir(target: Path) -> Iterator[Path]:
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.staging.", dir=target.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}{STAGING_INFIX}", dir=target.parent))
     try:
         yield tmp
     finally:
@@ -79,3 +103,225 @@ def promote_dir(staging: Path, target: Path) -> None:
     os.rename(target, old)
     os.rename(staging, target)
     shutil.rmtree(old, ignore_errors=True)
+
+
+# --- output directories that belong to the user too ---------------------------------------
+
+
+def os_error(exc: OSError, path: Path, flag: str = "-o", what: str = "write") -> EnvbuilderError:
+    """A typed error for an OSError met while writing an output (disk full has its own code)."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return NoSpaceError(f"the filesystem of {path} is full ({exc.strerror})",
+                            f"free space there or pass another {flag} on a bigger disk; "
+                            "the previous outputs were kept")
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return OutputWriteError(f"cannot {what} {path}: {exc.strerror}", f"choose a writable {flag} path")
+    return OutputWriteError(f"cannot {what} {path}: {exc.strerror or exc}", f"choose another {flag} path")
+
+
+def resolve_output(path: Path, flag: str = "-o") -> Path:
+    """The real directory `path` names: a symlinked -o is followed to its target (kept a link)."""
+    path = Path(path)
+    if str(path) == "":
+        raise OutputPathError(f"{flag} is empty", f"pass a directory path to {flag}")
+    try:
+        real = Path(os.path.realpath(path))
+    except OSError as exc:  # pragma: no cover - realpath only fails on loops in odd kernels
+        raise OutputPathError(f"cannot resolve {path}: {exc.strerror}", f"pass a plain directory to {flag}") from exc
+    if path.is_symlink() and not path.exists():
+        raise OutputPathError(f"{path} is a dangling symlink (to {os.readlink(path)})",
+                              f"create its target first or pass another {flag}")
+    if real == Path(real.anchor) or real.parent == real:
+        raise OutputPathError(f"{flag} {path} is the filesystem root", f"pass a directory below it to {flag}")
+    return real
+
+
+def guard_output_dir(path: Path, owned: Callable[[Path], bool], what: str, flag: str = "-o") -> Path:
+    """Refuse an -o envbuilder may not write: a file, a non-empty directory that is not ours.
+
+    `owned(dir)` says whether an existing directory is one this stage made (a lock directory
+    has envbuilder.lock.json, a certificate directory certificate.json). Returns the resolved
+    directory (symlinks followed). Creates nothing.
+    """
+    real = resolve_output(path, flag)
+    if real.exists() and not real.is_dir():
+        raise OutputPathError(f"{path} exists and is not a directory", f"pass a directory to {flag}")
+    if real.is_dir():
+        try:
+            entries = [e for e in os.listdir(real) if not _is_ours_hidden(e)]
+        except OSError as exc:
+            raise os_error(exc, real, flag, "read") from exc
+        if entries and not owned(real):
+            shown = ", ".join(sorted(entries)[:3]) + (", ..." if len(entries) > 3 else "")
+            raise ForeignOutputDirError(
+                f"{path} is a non-empty directory that is not {what} (it holds {shown})",
+                f"pass a new or empty directory to {flag}; envbuilder never replaces files it did not write")
+    return real
+
+
+def _is_ours_hidden(name: str) -> bool:
+    return name == COMMIT_NAME
+
+
+def _make_dir(path: Path, flag: str) -> bool:
+    """mkdir -p with 0755 for each new level (not mkdtemp's 0700); True if `path` was created."""
+    if path.is_dir():
+        return False
+    missing = []
+    p = path
+    while not p.exists():
+        missing.append(p)
+        p = p.parent
+    try:
+        for d in reversed(missing):
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(d, DIR_MODE)
+                os.chmod(d, DIR_MODE)  # umask may have taken bits away
+    except OSError as exc:
+        raise os_error(exc, path, flag, "create") from exc
+    return True
+
+
+def staging_dirs(target: Path) -> list[Path]:
+    """Staging directories beside `target` (any run's)."""
+    parent, prefix = target.parent, f".{target.name}{STAGING_INFIX}"
+    try:
+        return sorted(parent / n for n in os.listdir(parent) if n.startswith(prefix))
+    except OSError:
+        return []
+
+
+def remove_stale_staging(target: Path, keep: Path | None = None) -> list[Path]:
+    """Remove staging directories that dead runs left beside `target`; finish committed ones.
+
+    Called while holding the target's lock: every run takes it before it makes a staging
+    directory, so any other staging directory belongs to a run that is gone (killed, even by
+    SIGKILL). One that holds a complete commit journal is rolled forward first, so a run killed
+    halfway through `commit_files` ends with the new files, not a mix.
+    """
+    removed = []
+    for st in staging_dirs(target):
+        if keep is not None and st == keep:
+            continue
+        if (st / COMMIT_NAME).is_file():
+            with contextlib.suppress(OSError, ValueError):
+                _roll_forward(st, target)
+        shutil.rmtree(st, ignore_errors=True)
+        removed.append(st)
+    return removed
+
+
+class OutputDirLock:
+    """An exclusive flock on the output directory itself (its inode stays: files are swapped inside)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.fd = -1
+
+    def acquire(self, wait: bool, progress: Callable[[str], None], flag: str) -> None:
+        try:
+            self.fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError as exc:
+            raise os_error(exc, self.path, flag, "open") from exc
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            pass
+        if not wait:
+            self.release()
+            raise OutputBusyError(f"another envbuilder run is writing {self.path}",
+                                  "wait for it to finish, or run without --no-wait to queue behind it")
+        progress(f"waiting: another envbuilder run is writing {self.path} (Ctrl-C to stop waiting)")
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)  # closing drops the flock
+            self.fd = -1
+
+
+@contextlib.contextmanager
+def claim_output_dir(path: Path, owned: Callable[[Path], bool], what: str, *, flag: str = "-o",
+                     wait: bool = True, progress: Callable[[str], None] = lambda _: None,
+                     create: bool = True) -> Iterator[Path]:
+    """Guard, create (0755), lock and clean an output directory for one run; yields the real path.
+
+    A directory this run created and left empty (the run failed) is removed again.
+    """
+    real = guard_output_dir(path, owned, what, flag)
+    created = _make_dir(real, flag) if create else False
+    if not real.is_dir():
+        yield real
+        return
+    lock = OutputDirLock(real)
+    lock.acquire(wait, progress, flag)
+    try:
+        guard_output_dir(real, owned, what, flag)  # the run we waited for may have changed it
+        for st in remove_stale_staging(real):
+            progress(f"removed {st.name}, left by an earlier run that was killed")
+        yield real
+    finally:
+        lock.release()
+        if created:
+            with contextlib.suppress(OSError):
+                os.rmdir(real)  # only succeeds when still empty
+
+
+def owned_names(target: Path, names: Iterable[str]) -> list[str]:
+    return sorted({n for n in names if (target / n).is_file() or (target / n).is_symlink()})
+
+
+def _roll_forward(staging: Path, target: Path) -> None:
+    journal = json.loads((staging / COMMIT_NAME).read_text(encoding="utf-8"))
+    for rel in journal["put"]:
+        src, dst = staging / rel, target / rel
+        if not src.exists():
+            continue  # moved before a crash
+        _make_dir(dst.parent, "-o")
+        if not src.is_symlink():
+            os.chmod(src, FILE_MODE)
+        try:
+            os.replace(src, dst)
+        except OSError as exc:
+            if exc.errno != errno.EXDEV:
+                raise
+            # target is a mount point of its own: copy beside dst first, then one rename
+            fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
+            os.close(fd)
+            shutil.copy2(src, tmp)
+            os.replace(tmp, dst)
+            os.unlink(src)
+    for rel in journal["remove"]:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(target / rel)
+    _prune_empty_dirs(target, journal["remove"])
+
+
+def _prune_empty_dirs(target: Path, rels: Iterable[str]) -> None:
+    for rel in sorted(rels, key=lambda r: -r.count("/")):
+        parent = (target / rel).parent
+        while parent != target and target in parent.parents:
+            try:
+                os.rmdir(parent)
+            except OSError:
+                break
+            parent = parent.parent
+
+
+def commit_files(staging: Path, target: Path, put: Iterable[str], remove: Iterable[str] = ()) -> None:
+    """Move the files `put` (relative names) from staging into target; delete `remove` there.
+
+    Only these files change: everything else in target (a .venv, notes) and target's own mode
+    and inode stay. Each move is one rename. A commit journal written first makes the set
+    all-or-nothing across a crash: `remove_stale_staging` completes a journalled commit.
+    """
+    put = sorted(set(put))
+    gone = sorted(set(remove) - set(put))
+    try:
+        write_atomic(staging / COMMIT_NAME, json.dumps({"put": put, "remove": gone}, sort_keys=True))
+        _roll_forward(staging, target)
+        os.unlink(staging / COMMIT_NAME)
+    except OSError as exc:
+        raise os_error(exc, target) from exc

@@ -267,7 +267,48 @@ class CertifyEnvironmentError(EnvbuilderError):
 
 
 # --- 71-79: reliability: signals, output directories, concurrency, disk ------
-# (this section's classes go here)
+
+
+class OutputBusyError(EnvbuilderError):
+    """Another envbuilder run holds this output directory's lock (and --no-wait was given)."""
+
+    exit_code = 71
+    kind = "output-busy"
+
+
+class ForeignOutputDirError(EnvbuilderError):
+    """-o names a non-empty directory that envbuilder did not make: it would not be ours to replace."""
+
+    exit_code = 72
+    kind = "output-not-ours"
+
+
+class MalformedFileError(EnvbuilderError):
+    """A file envbuilder reads (lock record, uv.lock, certificate, expectations) fails its schema."""
+
+    exit_code = 73
+    kind = "malformed-file"
+
+
+class NoSpaceError(EnvbuilderError):
+    """A filesystem filled up while locking or certifying; the previous outputs were kept."""
+
+    exit_code = 74
+    kind = "no-space"
+
+
+class UnsupportedArchError(EnvbuilderError):
+    """--sm names no real compute capability, or one the CUDA release cannot compile for."""
+
+    exit_code = 75
+    kind = "unsupported-arch"
+
+
+class OutputWriteError(EnvbuilderError):
+    """Writing an output failed for a reason other than space (read-only fs, /proc, permissions)."""
+
+    exit_code = 76
+    kind = "output-write"
 
 
 # --- 80-89: matrix data, refresh, prebuilt wheels ----------------------------

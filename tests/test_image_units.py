@@ -138,7 +138,7 @@ def test_lockdir_errors(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text("[project]\n")
     with pytest.raises(LockDirError):
         load_lockdir(tmp_path)
-    (tmp_path / "uv.lock").write_text("version = 1\n")
+    (tmp_path / "uv.lock").write_text("version = 1\n\n[[package]]\nname = \"x\"\nversion = \"1\"\n")
     (tmp_path / "envbuilder.lock.json").write_text(json.dumps({"schema": 1, "row": "x", "mode": "hermetic"}))
     with pytest.raises(LockDirError, match="lacks"):
         load_lockdir(tmp_path)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuilder.errors import LockDirError, NetworkError, OutputPathError
+from envbuilder.errors import ForeignOutputDirError, LockDirError, NetworkError
 from envbuilder.lock import LockOptions, read_record, run_lock
 from envbuilder.lock import pipeline as pipeline_mod
 from envbuilder.lock.platform import PlatformProblem, check_platform, find_constraint, target_tags
@@ -103,7 +103,7 @@ def test_interrupt_leaves_previous_lock_intact(tmp_path: Path, monkeypatch: pyte
 
 def test_refuses_to_swap_away_a_foreign_directory(tmp_path: Path) -> None:
     (tmp_path / "mine.txt").write_text("precious")
-    with pytest.raises(OutputPathError, match="not an envbuilder lock directory"):
+    with pytest.raises(ForeignOutputDirError, match="not an envbuilder lock directory"):
         run_lock(load_matrix(REPO / "matrices"), ResolveRequest(nemo="smoke"), LockOptions(output=tmp_path))
     assert (tmp_path / "mine.txt").read_text() == "precious"
 
@@ -116,7 +116,7 @@ def test_read_record_detects_tampering(tmp_path: Path) -> None:
 
     m = load_matrix(REPO / "matrices")
     req = ResolveRequest(nemo="smoke")
-    (tmp_path / "uv.lock").write_text("lock")
+    (tmp_path / "uv.lock").write_text("version = 1\n\n[[package]]\nname = \"x\"\nversion = \"1\"\n")
     (tmp_path / "pyproject.toml").write_text("p")
     rec = build_record(resolve(m, req), req, tmp_path, "0.13.9", [], {}, [])
     (tmp_path / "envbuilder.lock.json").write_text(rec.to_json())

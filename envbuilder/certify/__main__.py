@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     cert = build_certificate(exp, facts, checks, a.level, tv, a.timestamp)
     if a.out:
         write_outputs(cert, a.out)
-        log(f"wrote {a.out / CERT_NAME}")
+        log(f"wrote {CERT_NAME} and the report into --out")  # the host may move --out: no path
     if a.json:
         sys.stdout.write(dumps(cert))
         sys.stdout.flush()

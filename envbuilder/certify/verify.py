@@ -3,22 +3,48 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 from envbuilder.certify.result import FAIL, PASS
-from envbuilder.errors import CertificateMismatchError, CertificationFailedError
+from envbuilder.errors import CertificateMismatchError, CertificationFailedError, MalformedFileError, OutputPathError
+
+_FIX = "pass the certificate.json written by `envbuilder certify -o DIR`"
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def _malformed(path: Path, what: str) -> MalformedFileError:
+    return MalformedFileError(f"{path}: {what}", _FIX, path=str(path))
 
 
 def load_certificate(path: Path) -> dict[str, Any]:
+    """Read a certificate and check the shape every field verification relies on."""
     try:
-        cert = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise CertificateMismatchError(f"{path} is not a readable certificate ({exc})",
-                                       "pass the certificate.json written by `envbuilder certify -o DIR`") from exc
-    if not isinstance(cert, dict) or "checks" not in cert or "status" not in cert:
-        raise CertificateMismatchError(f"{path} is not an envbuilder certificate",
-                                       "pass the certificate.json written by `envbuilder certify -o DIR`")
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise OutputPathError(f"cannot read {path}: {exc.strerror}", _FIX) from exc
+    try:
+        cert = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise _malformed(path, "is not a JSON certificate (not UTF-8 JSON text)") from exc
+    if not isinstance(cert, dict):
+        raise _malformed(path, f"is a JSON {type(cert).__name__}, not a certificate object")
+    for key in ("checks", "status", "lock_sha256"):
+        if key not in cert:
+            raise _malformed(path, f"has no '{key}' (not an envbuilder certificate)")
+    if not isinstance(cert["checks"], list) or not all(
+            isinstance(c, dict) and isinstance(c.get("name"), str) and isinstance(c.get("status"), str)
+            for c in cert["checks"]):
+        raise _malformed(path, "'checks' is not a list of {name, status} objects")
+    if not isinstance(cert["status"], str):
+        raise _malformed(path, "'status' is not a string")
+    if not isinstance(cert["lock_sha256"], str) or not _SHA256.fullmatch(cert["lock_sha256"]):
+        raise _malformed(path, "'lock_sha256' is not a sha256")
+    if "artifact" in cert and not isinstance(cert["artifact"], (dict, type(None))):
+        raise _malformed(path, "'artifact' is not an object")
+    if "summary" in cert and not isinstance(cert["summary"], (dict, type(None))):
+        raise _malformed(path, "'summary' is not an object")
     return cert
 
 
@@ -33,6 +59,12 @@ def verify_certificate(cert: dict[str, Any], lock_sha256: str, artifact: dict[st
     if not consistent or cert["status"] not in (PASS, FAIL):
         raise CertificateMismatchError("certificate status does not agree with its checks (edited by hand?)",
                                        "re-run envbuilder certify")
+    summary = cert.get("summary")
+    if isinstance(summary, dict):
+        counts = {s: statuses.count(s) for s in summary}
+        if any(summary[s] != counts[s] for s in summary):
+            raise CertificateMismatchError("certificate summary does not agree with its checks (edited by hand?)",
+                                           "re-run envbuilder certify")
     have = cert.get("artifact") or {}
     if artifact is not None:
         if have.get("kind") != artifact["kind"]:

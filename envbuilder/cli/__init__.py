@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from envbuilder import __version__
+from envbuilder import __version__, procs
 from envbuilder.console import dumps
 from envbuilder.errors import EnvbuilderError, InternalError
 
@@ -57,6 +57,10 @@ def cli() -> None:
 
 
 def report_error(err: EnvbuilderError, want_json: bool) -> None:
+    tail = err.details.get("log_tail") if not want_json else None
+    if isinstance(tail, list) and tail:  # a fix may point at "the log above": show it
+        for line in tail:
+            click.echo(f"  | {line}", err=True)
     click.echo(f"error: {err.cause}", err=True)
     if err.fix:
         click.echo(f"  fix: {err.fix}", err=True)
@@ -67,6 +71,7 @@ def report_error(err: EnvbuilderError, want_json: bool) -> None:
 def main(argv: list[str] | None = None) -> Any:
     args = sys.argv[1:] if argv is None else argv
     want_json = "--json" in args
+    procs.install_signal_handlers()
     try:
         return cli.main(args=args, prog_name="envbuilder", standalone_mode=False)
     except EnvbuilderError as err:
@@ -75,9 +80,10 @@ def main(argv: list[str] | None = None) -> Any:
     except click.exceptions.Abort:
         click.echo("interrupted", err=True)
         sys.exit(130)
-    except KeyboardInterrupt:
-        click.echo("interrupted: outputs were left as they were before this run", err=True)
-        sys.exit(130)
+    except KeyboardInterrupt as exc:
+        click.echo(f"interrupted ({procs.interrupt_name(exc)}): outputs were left as they were before this run",
+                   err=True)
+        sys.exit(procs.interrupt_exit_code(exc))
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)

@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
-from types import FrameType
 
 import click
 
 from envbuilder.console import emit_json, stderr_console
-
-
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
 
 
 @click.command()
@@ -54,9 +48,8 @@ def build(lockdir: Path, tag: str | None, base: str | None, mode: str | None, ar
     from envbuilder.image.secrets import default_ca_bundle, parse_secret
 
     console = stderr_console()
-    # A terminated build must still remove its secret files and temp context (finally blocks):
-    # turn SIGTERM into the KeyboardInterrupt the CLI already reports as "interrupted".
-    signal.signal(signal.SIGTERM, _interrupt)
+    # SIGTERM/SIGHUP unwind like Ctrl-C (envbuilder.procs, installed by the CLI), so the finally
+    # blocks that remove secret files and the temp context run
     specs = [parse_secret(s) for s in secrets]
     bundle = None if no_ca_bundle else (ca_bundle or default_ca_bundle())
     opts = BuildOptions(lockdir=lockdir, tag=tag, base=base, mode=mode, arch_list=arch_list, jobs=jobs,

@@ -20,6 +20,7 @@ from envbuilder.errors import (
     CertificationFailedError,
     CertifyEnvironmentError,
     InvalidOptionError,
+    MalformedFileError,
 )
 
 SBOM_NAME = "sbom.cdx.json"
@@ -39,20 +40,35 @@ def _target(image: str | None, sqsh: Path | None, sif: Path | None, venv: Path |
     return Target(kind, None if kind == "in-place" else str(ref), python)
 
 
+CERT_OWNED = ("certificate.json", "report.md", "certificate.dsse.json")
+
+
+def _is_cert_dir(path: Path) -> bool:
+    return (path / "certificate.json").is_file()
+
+
+def _cert_owned(path: Path) -> list[str]:
+    """Files a previous certify wrote into `path` (replaced by this run's; anything else stays)."""
+    names = [n for n in CERT_OWNED if (path / n).is_file()]
+    return names + sorted(p.name for p in path.glob("*.svg") if p.is_file())
+
+
 @contextlib.contextmanager
 def _out_dir(output: Path | None) -> Iterator[Path]:
-    """Where the environment writes; promoted over `output` only once the run finished."""
+    """Where the environment writes; its files replace the previous certificate's only once the run finished."""
     if output is None:
         with tempfile.TemporaryDirectory(prefix="envbuilder-cert-") as tmp:
             yield Path(tmp)
         return
-    from envbuilder.atomic import promote_dir, staging_dir
+    from envbuilder.atomic import claim_output_dir, commit_files, staging_dir
 
-    with staging_dir(output) as stage:
+    with claim_output_dir(output, _is_cert_dir, "a certificate directory",
+                          progress=lambda m: stderr_console().print(m)) as real, staging_dir(real) as stage:
         stage.chmod(0o777)  # containers may run as another uid
         yield stage
         if (stage / "certificate.json").exists():
-            promote_dir(stage, output)
+            made = sorted(str(p.relative_to(stage)) for p in stage.rglob("*") if p.is_file())
+            commit_files(stage, real, made, remove=_cert_owned(real))
 
 
 def _expectations(t: Any, lock: Path | None, expect: Path | None, artifact: dict[str, Any],
@@ -61,7 +77,7 @@ def _expectations(t: Any, lock: Path | None, expect: Path | None, artifact: dict
     from envbuilder.paths import matrices_dir
 
     if expect is not None:
-        data: dict[str, Any] = json.loads(expect.read_text(encoding="utf-8"))
+        data = _read_expectations(expect)
         data["artifact"] = artifact
         return data
     strict = True
@@ -84,6 +100,25 @@ def _expectations(t: Any, lock: Path | None, expect: Path | None, artifact: dict
 
     return expectations_from_lock(lock, uv_bin=str(find_uv_bin()), matrices=matrices_dir(), artifact=artifact,
                                   strict=strict)
+
+
+def _read_expectations(path: Path) -> dict[str, Any]:
+    """--expect FILE, schema-checked here so a bad file fails before anything starts."""
+    from envbuilder.certify.expect import EXPECT_SCHEMA
+
+    fix = "pass an expectations file written by envbuilder (or certify with --lock DIR)"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise MalformedFileError(f"--expect {path} is not readable JSON ({exc})", fix) from exc
+    if not isinstance(data, dict):
+        raise MalformedFileError(f"--expect {path} is a JSON {type(data).__name__}, not an object", fix)
+    if data.get("schema") != EXPECT_SCHEMA:
+        raise MalformedFileError(f"--expect {path}: schema {data.get('schema')!r}, expected {EXPECT_SCHEMA}", fix)
+    for key, kind in (("packages", dict), ("target", dict), ("skip_imports", list), ("datasheet", list)):
+        if key in data and not isinstance(data[key], kind):
+            raise MalformedFileError(f"--expect {path}: '{key}' is not a {kind.__name__}", fix)
+    return data
 
 
 def _print_table(cert: dict[str, Any]) -> None:
@@ -136,9 +171,14 @@ def certify(image: str | None, sqsh: Path | None, sif: Path | None, venv: Path |
             sbom: Path | None, as_json: bool) -> None:
     """Certify an environment: imports, kernels, GEMM, NCCL and tiny-pretrain checks, with a certificate."""
     from envbuilder.canonical import sha256_file
+    from envbuilder.certify.__main__ import GROUPS
     from envbuilder.certify.runner import artifact_record, inner_paths, run_certify
     from envbuilder.certify.sign import KEY_ENV, load_private_key, sign_certificate
 
+    unknown = sorted({g.strip() for g in only.split(",") if g.strip()} - set(GROUPS))
+    if unknown:
+        raise click.BadParameter(f"unknown check group(s) {', '.join(unknown)}; choose from {', '.join(GROUPS)}",
+                                 param_hint="--only")
     t = _target(image, sqsh, sif, venv, in_place, python)
     if lock is not None and expect is not None:
         raise InvalidOptionError("--lock and --expect are alternatives", "pass one of them")
@@ -187,7 +227,15 @@ def certify(image: str | None, sqsh: Path | None, sif: Path | None, venv: Path |
         cert: dict[str, Any] = json.loads(stdout)
     except json.JSONDecodeError as exc:
         raise CertifyEnvironmentError("the environment printed no certificate", "read the output above") from exc
+    if not isinstance(cert, dict) or not isinstance(cert.get("checks"), list):
+        raise CertifyEnvironmentError("the environment printed something that is not a certificate",
+                                      "read the output above")
     _print_table(cert)
+    ran = [c for c in cert["checks"] if c.get("status") in ("pass", "fail")]
+    if not ran:
+        raise CertificationFailedError(
+            "no check ran: with nothing to compare against, a certificate would claim nothing",
+            "pass --lock DIR (or --expect FILE), or a level whose checks apply to this target")
     if output is not None:
         stderr_console().print(f"wrote {output}/certificate.json and report.md"
                                + (f", signed by key {signed.keyid[:12]}… ({output}/certificate.dsse.json)"

@@ -13,6 +13,17 @@ from envbuilder.resolve import ResolveRequest, parse_set
 from envbuilder.resolve.host import host_facts
 
 
+def _relock_command(out: Path) -> str:
+    """The user's own lock command without --check/--json (the fix line of a stale --check)."""
+    import shlex
+    import sys
+
+    args = [a for a in sys.argv[1:] if a not in ("--check", "--json")]
+    if "-o" not in args and "--output" not in args and not any(a.startswith("--output=") for a in args):
+        args += ["-o", str(out)]
+    return shlex.join(["envbuilder", *args])
+
+
 @click.command()
 @click.option("--nemo", required=True, help="NeMo release tag (a matrix row), e.g. v2.3.0.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
@@ -41,11 +52,13 @@ from envbuilder.resolve.host import host_facts
 @click.option("--ca-bundle", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
               help="CA bundle for a TLS-intercepting proxy (default: SSL_CERT_FILE when set).")
 @click.option("--check", is_flag=True, help="Exit 16 if re-locking would change the lock directory; write nothing.")
+@click.option("--no-wait", is_flag=True,
+              help="Exit 71 instead of waiting when another envbuilder run is writing the same -o.")
 @click.option("--json", "as_json", is_flag=True, help="Print the lock record as JSON on stdout.")
 def lock(nemo: str, output: Path | None, python: str | None, cuda: str | None, torch: str | None,
          torch_index: str, driver: str | None, gpu: str | None, sm: str | None, no_detect: bool,
          sets: tuple[str, ...], source: str, mode: str, glibc: str, allow_minor_compat: bool,
-         find_links: tuple[Path, ...], ca_bundle: Path | None, check: bool, as_json: bool) -> None:
+         find_links: tuple[Path, ...], ca_bundle: Path | None, check: bool, no_wait: bool, as_json: bool) -> None:
     """Lock a NeMo stack: pyproject.toml + uv.lock + envbuilder.lock.json."""
     console = stderr_console()
     matrix = load_matrix()
@@ -54,7 +67,8 @@ def lock(nemo: str, output: Path | None, python: str | None, cuda: str | None, t
                          overrides=parse_set(sets), source=source, mode=mode, glibc=glibc, host=host,
                          allow_minor_compat=allow_minor_compat)
     out = output or Path("build") / nemo
-    opts = LockOptions(output=out, check=check, ca_bundle=ca_bundle, find_links=list(find_links))
+    opts = LockOptions(output=out, check=check, ca_bundle=ca_bundle, find_links=list(find_links), wait=not no_wait,
+                       check_fix=_relock_command(out))
     with console.status(f"locking nemo {nemo}") as status:
 
         def progress(msg: str) -> None:

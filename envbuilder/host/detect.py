@@ -77,6 +77,10 @@ def plan_host(driver: str | None = None, gpu: str | None = None, sm: str | None 
         raise InvalidOptionError(f"--driver {driver!r} is not a driver version", "write it like 570.86.15")
     if sm is not None and not _SM_RE.fullmatch(sm):
         raise InvalidOptionError(f"--sm {sm!r} is not a compute capability", "write it like 9.0 (H100) or 8.0 (A100)")
+    if sm is not None:
+        from envbuilder.matrix.archs import check_sm_exists
+
+        check_sm_exists(sm)
     if gpus is not None and gpus < 1:
         raise InvalidOptionError(f"--gpus {gpus}: a host needs at least one GPU", "pass --gpus 1 or more")
     name, memory, datacenter, model_sm = "unknown", None, None, sm

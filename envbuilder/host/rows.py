@@ -106,12 +106,15 @@ def _driver_check(row: RowNeeds, driver: str | None, cuda_driver: str | None,
 def _arch_check(row: RowNeeds, gpu: HostGpu) -> str | None:
     if row.cuda is None or gpu.sm is None:
         return None
+    from envbuilder.matrix.archs import cuda_lacks_sm
+
     need = ARCH_MIN_CUDA.get(gpu.sm)
-    if need is None:
-        return None
-    if version_key(row.cuda) < version_key(need[0]):
+    if need is not None and version_key(row.cuda) < version_key(need[0]):
         return (f"{gpu.name} ({sm_label(gpu.sm)}): CUDA {row.cuda} (nemo {row.tag}) has no code for it; "
                 f"needs CUDA {need[0]}+")
+    lacks = cuda_lacks_sm(row.cuda, gpu.sm)  # every sm, from nvcc's list per release
+    if lacks is not None:
+        return f"{gpu.name} ({sm_label(gpu.sm)}): {lacks} (nemo {row.tag})"
     return None
 
 

@@ -86,7 +86,8 @@ def ensure_base(c: Any, ref: str, pull: bool = True) -> str:
             why = f"not in the local engine and the pull failed: {str(exc).splitlines()[0][:200]}"
     raise BaseImageMissingError(
         f"base image {ref} is {why}",
-        "load it (docker load / docker import), make the test base with `make base-image`, or pass --base IMAGE",
+        "load it (docker load / docker import), make the test base with "
+        "`python -m envbuilder.image.baseimage`, or pass --base IMAGE",
         image=ref)
 
 

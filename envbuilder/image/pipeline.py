@@ -122,6 +122,15 @@ def build_image(opts: BuildOptions, console: Console) -> dict[str, Any]:
     if opts.target not in TARGETS:
         raise InvalidOptionError(f"--target {opts.target!r}", "use stage1, builder or runtime")
     warnings: list[str] = []
+    # every flag is checked before the base-image check, which may pull gigabytes
+    cuda = str(lock.target.cuda or "none")
+    arch_list = normalize_arch_list(opts.arch_list) if opts.arch_list else (
+        default_arch_list(cuda) if cuda not in ("none", "unknown") else "")
+    if opts.jobs is not None and opts.jobs < 1:
+        raise InvalidOptionError(f"--jobs {opts.jobs}: needs at least one compile job",
+                                 "pass a positive number, or leave --jobs out for the default")
+    jobs = opts.jobs if opts.jobs is not None else default_jobs()
+    ca_bundle = check_ca_bundle(opts.ca_bundle) if opts.ca_bundle is not None else None
 
     c = engine.client()
     cli = engine.buildkit_cli()
@@ -140,14 +149,6 @@ def build_image(opts: BuildOptions, console: Console) -> dict[str, Any]:
     if python_from == "probe":
         python_from = "system" if probe_python(c, bases.builder) == want_py else "uv"
 
-    cuda = str(lock.target.cuda or "none")
-    arch_list = normalize_arch_list(opts.arch_list) if opts.arch_list else (
-        default_arch_list(cuda) if cuda not in ("none", "unknown") else "")
-    jobs = opts.jobs if opts.jobs else default_jobs()
-    if jobs < 1:
-        raise InvalidOptionError(f"--jobs {jobs}", "pass a positive number of compile jobs")
-
-    ca_bundle = check_ca_bundle(opts.ca_bundle) if opts.ca_bundle is not None else None
     proxy_args, proxy_secrets = proxy_settings()
     tag = opts.tag or default_tag(lock, opts.target)
     uv = uv_binary()

@@ -1,12 +1,15 @@
 """The lock pipeline: resolve -> render -> uv lock -> platform check (-> fix, re-lock) -> record.
 
-Everything happens in a staging directory beside the output; the output directory is
-replaced only at the very end, in one atomic swap, so a failed or interrupted lock
-leaves an existing lock directory exactly as it was.
+Everything happens in a staging directory beside the output; at the very end only the files
+the lock owns (pyproject.toml, uv.lock, the record, .python-version, local wheels) are swapped
+in, so a failed or interrupted lock leaves an existing lock directory exactly as it was, and
+whatever else the user keeps there (the `.venv` of `uv sync`, notes) survives a re-lock.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shutil
 import time
@@ -18,12 +21,13 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
-from envbuilder.atomic import promote_dir, staging_dir, write_atomic
-from envbuilder.errors import LockOutOfDateError, NetworkError, OutputPathError, PlatformWheelError
+from envbuilder.atomic import claim_output_dir, commit_files, os_error, owned_names, staging_dir, write_atomic
+from envbuilder.errors import LockOutOfDateError, NetworkError, PlatformWheelError
 from envbuilder.lock.platform import check_platform, fetch_release_files, find_constraint, source_builds, target_tags
 from envbuilder.lock.record import RECORD_NAME, LockRecord, build_record
 from envbuilder.lock.uvlock import LockedPackage, read_uv_lock, stage1_closure, stage1_packages
 from envbuilder.lock.uvrun import run_uv_lock, uv_version
+from envbuilder.lock.validate import check_ca_bundle, check_find_links, check_glibc, check_target_arch
 from envbuilder.matrix.model import Matrix
 from envbuilder.render.pyproject import render_pyproject
 from envbuilder.resolve.request import ResolveRequest
@@ -40,6 +44,8 @@ class LockOptions:
     ca_bundle: Path | None = None
     find_links: list[Path] = field(default_factory=list)
     verbose_uv: bool = False  # keep uv's -v log in LockResult.uv_log (tests assert no sdist was built)
+    wait: bool = True  # False: fail with OutputBusyError when another run holds the directory
+    check_fix: str = ""  # the user's own command line, repeated in --check's fix line
 
 
 @dataclass
@@ -151,26 +157,67 @@ def run_lock(matrix: Matrix, req: ResolveRequest, opts: LockOptions, progress: P
              ) -> LockResult:
     timings: dict[str, float] = {}
     t0 = time.monotonic()
+    check_glibc(req.glibc)
+    check_find_links(opts.find_links)
+    check_ca_bundle(opts.ca_bundle)
     res = resolve(matrix, req)
+    check_target_arch(res)
     timings["resolve"] = time.monotonic() - t0
     for w in res.warnings:
         progress(f"warning: {w}")
 
     out = Path(opts.output)
-    if out.exists() and not out.is_dir():
-        raise OutputPathError(f"{out} exists and is not a directory", "choose another -o path")
-    if out.is_dir() and any(out.iterdir()) and not (out / RECORD_NAME).exists():
-        # the whole directory is swapped at the end: never swap away somebody else's files
-        raise OutputPathError(f"{out} is a non-empty directory that is not an envbuilder lock directory",
-                              "choose a new or empty -o path")
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise OutputPathError(f"cannot create {out.parent}: {exc.strerror}", "choose a writable -o path") from exc
-    if not os.access(out.parent, os.W_OK):
-        raise OutputPathError(f"{out.parent} is not writable", "choose a writable -o path")
+    with claim_output_dir(out, is_lock_dir, "an envbuilder lock directory", wait=opts.wait, progress=progress,
+                          create=not opts.check) as real:
+        try:
+            return _lock_into(matrix, req, opts, res, out, real, timings, t0, progress)
+        except OSError as exc:
+            raise os_error(exc, out) from exc
 
-    with staging_dir(out) as staging:
+
+PYTHON_VERSION_NAME = ".python-version"
+OWNED = ("pyproject.toml", "uv.lock", RECORD_NAME, PYTHON_VERSION_NAME)
+
+
+def is_lock_dir(path: Path) -> bool:
+    return (path / RECORD_NAME).is_file()
+
+
+def owned_files(lockdir: Path) -> list[str]:
+    """The files a previous lock wrote here: the fixed names plus those its record lists."""
+    names = set(OWNED)
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        files = json.loads((lockdir / RECORD_NAME).read_text(encoding="utf-8")).get("files", {})
+        names.update(n for n in files if isinstance(n, str) and _safe_rel(n))
+    return owned_names(lockdir, names)
+
+
+def _safe_rel(name: str) -> bool:
+    p = Path(name)
+    return not p.is_absolute() and ".." not in p.parts
+
+
+def _stale_summary(staging: Path, out: Path, names: list[str]) -> str:
+    """What re-locking would change, in one line (for --check)."""
+    differ = [n for n in names if not (out / n).is_file() or (out / n).read_bytes() != (staging / n).read_bytes()]
+    pins: list[str] = []
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        from envbuilder.lock.uvlock import locked_versions
+
+        old = locked_versions(out / "uv.lock")
+        new = locked_versions(staging / "uv.lock")
+        for name in sorted(set(old) | set(new)):
+            if old.get(name) != new.get(name):
+                pins.append(f"{name} {old.get(name, '-')} -> {new.get(name, '-')}")
+    text = f"files that would change: {', '.join(differ) or 'none'}"
+    if pins:
+        text += f"; packages: {', '.join(pins[:6])}" + (f" (+{len(pins) - 6} more)" if len(pins) > 6 else "")
+    return text
+
+
+def _lock_into(matrix: Matrix, req: ResolveRequest, opts: LockOptions, res: Resolution, out: Path, real: Path,
+               timings: dict[str, float], t0: float, progress: Progress) -> LockResult:
+    with staging_dir(real) as staging:
         local = find_local_wheels(res, opts.find_links)
         local_rel: dict[str, str] = {}
         for name, whl in sorted(local.items()):
@@ -213,13 +260,17 @@ def run_lock(matrix: Matrix, req: ResolveRequest, opts: LockOptions, progress: P
                               [str(p) for p in opts.find_links if p.is_dir()], deferred,
                               target_python=python, source_builds=builds)
         write_atomic(staging / RECORD_NAME, record.to_json())
-        names = ["pyproject.toml", "uv.lock", RECORD_NAME, *local_rel.values()]
-        changed = not (out.is_dir() and _same_contents(staging, out, names))
+        # `uv sync` in the lock directory picks the interpreter the record targets
+        write_atomic(staging / PYTHON_VERSION_NAME, f"{python}\n")
+        names = ["pyproject.toml", "uv.lock", RECORD_NAME, PYTHON_VERSION_NAME, *local_rel.values()]
+        changed = not (real.is_dir() and _same_contents(staging, real, names)
+                       and set(owned_files(real)) <= set(names))
         if opts.check:
             if changed:
-                raise LockOutOfDateError(f"{out} is out of date: re-locking would change it",
-                                         f"run: envbuilder lock --nemo {req.nemo} -o {out}")
+                raise LockOutOfDateError(
+                    f"{out} is out of date: {_stale_summary(staging, real, names)}",
+                    f"run: {opts.check_fix or f'envbuilder lock --nemo {req.nemo} -o {out}'}")
         elif changed:
-            promote_dir(staging, out)
+            commit_files(staging, real, names, remove=owned_files(real))
         timings["total"] = time.monotonic() - t0
         return LockResult(record, res, changed, out, timings, uv_log)

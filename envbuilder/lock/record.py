@@ -17,7 +17,7 @@ from typing import Any
 
 from envbuilder import __version__
 from envbuilder.canonical import dumps, sha256_file
-from envbuilder.errors import LockDirError, LockSchemaError
+from envbuilder.errors import LockDirError, LockSchemaError, MalformedFileError
 from envbuilder.resolve.request import ResolveRequest
 from envbuilder.resolve.resolver import Resolution
 
@@ -178,10 +178,31 @@ class LockRecord:
         if not path.is_file():
             raise LockDirError(f"{lockdir} has no {RECORD_NAME}",
                                f"create it with: envbuilder lock --nemo TAG -o {lockdir}")
-        record = cls.from_json(path.read_text(encoding="utf-8"), str(path))
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise MalformedFileError(f"{path}: not UTF-8 text", "re-run envbuilder lock") from exc
+        record = cls.from_json(text, str(path))
         if verify:
             record.verify_files(lockdir, verify_only)
+        record.verify_binding(lockdir)
         return record
+
+    def verify_binding(self, lockdir: Path) -> None:
+        """Recompute the hash every artifact binds to: lock_sha256 must be the sha256 of the uv.lock
+        beside it (never a value taken on trust), and uv.lock must parse: hashes alone cannot tell a
+        truncated file whose record was re-hashed from a good one."""
+        lock = Path(lockdir) / "uv.lock"
+        where = Path(lockdir) / RECORD_NAME
+        if not isinstance(self.files, dict) or not all(isinstance(v, str) for v in self.files.values()):
+            raise MalformedFileError(f"{where}: 'files' is not a map of file name to sha256", "re-run envbuilder lock")
+        if not lock.is_file():
+            raise LockDirError(f"{lockdir}: uv.lock is missing", "re-run envbuilder lock")
+        actual = sha256_file(lock)
+        if self.lock_sha256 != actual or self.files.get("uv.lock", actual) != actual:
+            raise LockDirError(f"{where}: lock_sha256 {str(self.lock_sha256)[:12]}… is not the sha256 of uv.lock "
+                               f"({actual[:12]}…): the record was edited", "re-run envbuilder lock")
+        check_uv_lock(lock)
 
     # ---- checks ----------------------------------------------------------------------
     def verify_files(self, lockdir: Path, only: tuple[str, ...] | None = None) -> None:
@@ -195,6 +216,24 @@ class LockRecord:
             if sha256_file(f) != digest:
                 raise LockDirError(f"{lockdir}: {name} was changed after locking (sha256 differs from the record)",
                                    "re-run envbuilder lock instead of editing lock files by hand")
+
+
+def check_uv_lock(path: Path) -> None:
+    """uv.lock must be TOML that lists packages (a truncated file fails here, typed)."""
+    import sys
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    fix = f"re-create it with: envbuilder lock --nemo TAG -o {path.parent}"
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise MalformedFileError(f"{path}: not valid TOML ({exc})", fix) from exc
+    pkgs = data.get("package")
+    if not isinstance(pkgs, list) or not pkgs or not all(isinstance(p, dict) and "name" in p for p in pkgs):
+        raise MalformedFileError(f"{path}: lists no [[package]] entries (truncated?)", fix)
 
 
 def build_record(res: Resolution, req: ResolveRequest, lockdir: Path, uv_version: str,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from envbuilder.errors import InvalidOptionError
+from envbuilder.errors import InvalidOptionError, ResolveConflictError
 from envbuilder.resolve.components import canonical
 
 
@@ -46,5 +46,9 @@ def parse_set(values: tuple[str, ...] | list[str]) -> tuple[tuple[str, str], ...
         if not m:
             raise InvalidOptionError(f"--set '{raw}' is not NAME==VERSION",
                                      "write it like --set flash-attn==2.7.4.post1 (or NAME==none to drop it)")
-        out[canonical(m.group(1))] = m.group(2)
+        name = canonical(m.group(1))
+        if name in out and out[name] != m.group(2):
+            raise ResolveConflictError(f"--set {name}=={out[name]} and --set {name}=={m.group(2)} disagree",
+                                       f"pass --set {name} once")
+        out[name] = m.group(2)
     return tuple(sorted(out.items()))
