@@ -9,7 +9,6 @@ whatever else the user keeps there (the `.venv` of `uv sync`, notes) survives a 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import time
@@ -22,7 +21,7 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
 from envbuilder.atomic import claim_output_dir, commit_files, os_error, owned_names, staging_dir, write_atomic
-from envbuilder.errors import LockOutOfDateError, NetworkError, PlatformWheelError
+from envbuilder.errors import EnvbuilderError, LockOutOfDateError, NetworkError, PlatformWheelError
 from envbuilder.lock.platform import check_platform, fetch_release_files, find_constraint, source_builds, target_tags
 from envbuilder.lock.record import RECORD_NAME, LockRecord, build_record
 from envbuilder.lock.uvlock import LockedPackage, read_uv_lock, stage1_closure, stage1_packages
@@ -186,8 +185,8 @@ def is_lock_dir(path: Path) -> bool:
 def owned_files(lockdir: Path) -> list[str]:
     """The files a previous lock wrote here: the fixed names plus those its record lists."""
     names = set(OWNED)
-    with contextlib.suppress(OSError, ValueError, AttributeError):
-        files = json.loads((lockdir / RECORD_NAME).read_text(encoding="utf-8")).get("files", {})
+    with contextlib.suppress(OSError, ValueError, EnvbuilderError):  # a broken record still owns the fixed names
+        files = LockRecord.from_lockdir(lockdir, verify=False).files
         names.update(n for n in files if isinstance(n, str) and _safe_rel(n))
     return owned_names(lockdir, names)
 

@@ -185,7 +185,8 @@ class LockRecord:
         record = cls.from_json(text, str(path))
         if verify:
             record.verify_files(lockdir, verify_only)
-        record.verify_binding(lockdir)
+            if verify_only is None or "uv.lock" in verify_only:
+                record.verify_binding(lockdir)
         return record
 
     def verify_binding(self, lockdir: Path) -> None:
@@ -231,9 +232,19 @@ def check_uv_lock(path: Path) -> None:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise MalformedFileError(f"{path}: not valid TOML ({exc})", fix) from exc
-    pkgs = data.get("package")
-    if not isinstance(pkgs, list) or not pkgs or not all(isinstance(p, dict) and "name" in p for p in pkgs):
-        raise MalformedFileError(f"{path}: lists no [[package]] entries (truncated?)", fix)
+    pkgs = data.get("package", [])
+    if not isinstance(pkgs, list) or not all(isinstance(p, dict) and isinstance(p.get("name"), str) for p in pkgs):
+        raise MalformedFileError(f"{path}: [[package]] entries without a name", fix)
+    # a file cut at a line boundary still parses: every dependency must name a package that is there
+    names = {p["name"] for p in pkgs}
+    for p in pkgs:
+        deps = list(p.get("dependencies") or [])
+        for extra in (p.get("optional-dependencies") or {}).values():
+            deps.extend(extra)
+        for d in deps:
+            if isinstance(d, dict) and d.get("name") not in names:
+                raise MalformedFileError(f"{path}: {p['name']} depends on {d.get('name')}, which the file does "
+                                         "not list (truncated or edited?)", fix)
 
 
 def build_record(res: Resolution, req: ResolveRequest, lockdir: Path, uv_version: str,
