@@ -11,7 +11,7 @@ LOCKDIR ?= build/$(NEMO)
 TAG    ?= envbuilder/nemo:$(NEMO)
 PYTEST_ARGS ?=
 
-.PHONY: apptainer-rootfs setup host lock test lint unit integration image image-smoke sqsh sif certify bench clean dockerfile keys dashboard-sample
+.PHONY: apptainer-rootfs setup host lock sync test lint unit integration image image-smoke sqsh sif certify bench clean dockerfile keys dashboard-sample
 
 # ---- setup -----------------------------------------------------------------------
 $(VENV)/.installed: pyproject.toml
@@ -28,6 +28,13 @@ host:
 # ---- main job --------------------------------------------------------------------
 lock: setup
 	$(ENVB) lock --nemo $(NEMO) -o $(LOCKDIR)
+
+# sync: install a lock directory with the uv that made it (LOCK=DIR, default $(LOCKDIR)), both stages
+LOCK ?= $(LOCKDIR)
+sync: setup
+	test -f $(LOCK)/uv.lock || { echo "no $(LOCK)/uv.lock: run make lock first (or pass LOCK=DIR)"; exit 2; }
+	cd $(LOCK) && $(abspath $(BIN))/uv sync --frozen
+	cd $(LOCK) && $(abspath $(BIN))/uv sync --frozen --extra compile
 
 # ---- tests: lint, fast unit tests, then real-engine / real-PyPI integration tests --
 lint: setup

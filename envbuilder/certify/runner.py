@@ -29,7 +29,7 @@ _SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "
 class Target:
     kind: str  # image | sqsh | sif | venv | in-place
     ref: str | None = None
-    python: str = "python"
+    interpreter: str = "python"  # inside the container: a name on its PATH or an absolute path
 
 
 def package_root() -> Path:
@@ -130,7 +130,7 @@ def build_command(t: Target, inner_args: list[str], in_dir: Path, out_dir: Path,
             argv += ["--gpus", "all"]
         for k, v in inner_env.items():
             argv += ["-e", f"{k}={v}"]
-        return [*argv, t.ref, t.python, *module], env, []
+        return [*argv, t.ref, t.interpreter, *module], env, []
     if t.kind == "sqsh":
         assert t.ref
         enroot = _need("enroot")
@@ -143,7 +143,7 @@ def build_command(t: Target, inner_args: list[str], in_dir: Path, out_dir: Path,
             argv += ["--env", f"{k}={v}"]
         if not gpus:
             env["NVIDIA_VISIBLE_DEVICES"] = "void"
-        return [*argv, name, t.python, *module], env, [[enroot, "remove", "--force", name]]
+        return [*argv, name, t.interpreter, *module], env, [[enroot, "remove", "--force", name]]
     if t.kind == "sif":
         assert t.ref
         app = shutil.which("apptainer") or _need("singularity")
@@ -152,7 +152,7 @@ def build_command(t: Target, inner_args: list[str], in_dir: Path, out_dir: Path,
             argv.append("--nv")
         for k, v in inner_env.items():
             argv += ["--env", f"{k}={v}"]
-        return [*argv, str(t.ref), t.python, *module], env, []
+        return [*argv, str(t.ref), t.interpreter, *module], env, []
     raise CertifyEnvironmentError(f"unknown target kind {t.kind}", "use --image, --sqsh, --sif, --venv or --in-place")
 
 

@@ -3,6 +3,10 @@
 Each subcommand lives in its own module and is imported only when invoked, so a
 broken optional dependency (docker SDK, NVML) never breaks unrelated commands.
 Every EnvbuilderError becomes: one cause line, one fix line, its own exit code.
+
+Every command (and the group itself) takes the same output options: --version, -q/--quiet,
+-v/--verbose, --color. Every option listed in --help can also come from an environment
+variable, ENVBUILDER_<COMMAND>_<OPTION> (help shows each one's name).
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ from typing import Any
 import click
 
 from envbuilder import __version__, procs
-from envbuilder.console import dumps
+from envbuilder.choices import COLORS
+from envbuilder.console import SETTINGS, dumps
 from envbuilder.errors import EnvbuilderError, InternalError
 
 # name -> "module:attribute"
@@ -35,6 +40,71 @@ COMMANDS: dict[str, str] = {
 }
 
 
+ENV_PREFIX = "ENVBUILDER"
+
+
+def _show_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(f"envbuilder, version {__version__}")
+        ctx.exit()
+
+
+def _set_quiet(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value:
+        SETTINGS.quiet = True
+
+
+def _set_verbose(ctx: click.Context, param: click.Parameter, value: int) -> None:
+    if value:
+        SETTINGS.verbosity = max(SETTINGS.verbosity, value)
+
+
+def _set_color(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        SETTINGS.color = value
+
+
+def output_options() -> list[click.Parameter]:
+    """--version, -q, -v, --color: the same on every command (they may come before or after it)."""
+    return [
+        click.Option(["--version"], is_flag=True, expose_value=False, is_eager=True, callback=_show_version,
+                     allow_from_autoenv=False, help="Show the version and exit."),
+        click.Option(["-q", "--quiet"], is_flag=True, expose_value=False, is_eager=True, callback=_set_quiet,
+                     envvar=f"{ENV_PREFIX}_QUIET", show_envvar=True,
+                     help="Print no progress or report on stderr (errors and --json output still appear)."),
+        click.Option(["-v", "--verbose"], count=True, expose_value=False, is_eager=True, callback=_set_verbose,
+                     envvar=f"{ENV_PREFIX}_VERBOSE", show_envvar=True,
+                     help="More detail; -vv also prints the traceback of an internal error."),
+        click.Option(["--color"], type=click.Choice(list(COLORS)), default=None, expose_value=False,
+                     is_eager=True, callback=_set_color, envvar=f"{ENV_PREFIX}_COLOR", show_envvar=True,
+                     help="Colour in human output: auto (a terminal, unless NO_COLOR is set), always, never."),
+    ]
+
+
+def _env_name(prefix: str, opt: click.Option) -> str:
+    longest = max(opt.opts, key=len).lstrip("-")
+    return f"{prefix}_{longest}".upper().replace("-", "_")
+
+
+def with_common_options(cmd: click.Command, prefix: str = ENV_PREFIX) -> click.Command:
+    """Add the output options to `cmd` (and its subcommands) once, and give every option shown in
+    --help an environment variable named after its flag: `lock --glibc` <- ENVBUILDER_LOCK_GLIBC."""
+    if getattr(cmd, "_envbuilder_common", False):
+        return cmd
+    names = {n for p in cmd.params for n in getattr(p, "opts", [])}
+    cmd.params.extend(p for p in output_options() if not names & set(getattr(p, "opts", [])))
+    for p in cmd.params:
+        if not isinstance(p, click.Option) or p.hidden or not p.allow_from_autoenv or p.envvar:
+            continue
+        p.envvar = _env_name(prefix, p)
+        p.show_envvar = True
+    cmd._envbuilder_common = True  # type: ignore[attr-defined]
+    if isinstance(cmd, click.Group):
+        for name, sub in cmd.commands.items():
+            with_common_options(sub, f"{prefix}_{name}")
+    return cmd
+
+
 class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
@@ -47,13 +117,20 @@ class LazyGroup(click.Group):
         module = importlib.import_module(module_name)
         cmd = getattr(module, attr)
         assert isinstance(cmd, click.Command)
-        return cmd
+        return with_common_options(cmd, f"{ENV_PREFIX}_{cmd_name}")
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="envbuilder")
 def cli() -> None:
-    """Resolve, lock, build, export and certify GPU LLM-training environments."""
+    """Resolve, lock, build, export and certify GPU LLM-training environments.
+
+    \b
+    Shell completion (bash; zsh and fish alike with zsh_source / fish_source):
+      eval "$(_ENVBUILDER_COMPLETE=bash_source envbuilder)"
+    """
+
+
+with_common_options(cli)
 
 
 def report_error(err: EnvbuilderError, want_json: bool) -> None:
@@ -90,7 +167,7 @@ def main(argv: list[str] | None = None) -> Any:
     except SystemExit:
         raise
     except Exception as exc:  # a bug: one line unless asked for the traceback
-        if os.environ.get("ENVBUILDER_DEBUG"):
+        if os.environ.get("ENVBUILDER_DEBUG") or SETTINGS.verbosity >= 2:
             traceback.print_exc()
         internal = InternalError(
             f"{type(exc).__name__}: {exc}",

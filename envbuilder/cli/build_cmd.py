@@ -6,22 +6,24 @@ from pathlib import Path
 
 import click
 
+from envbuilder.choices import BUILD_TARGETS, DEFAULT_BUILD_TARGET, MODES
+from envbuilder.cli.options import choice, json_option, lock_dir_input, timings_option
 from envbuilder.console import emit_json, stderr_console
 
 
 @click.command()
-@click.argument("lockdir", type=click.Path(path_type=Path, file_okay=False))
+@lock_dir_input(positional=True, required=True, help="Lock directory to build (the same as LOCKDIR).")
 @click.option("--tag", "-t", default=None, help="Image tag (default: envbuilder/<row>:<lock sha256[:12]>).")
 @click.option("--base", default=None, metavar="IMAGE",
               help="Base image for both stages (default: matrices/images.toml for the lock's CUDA).")
-@click.option("--mode", type=click.Choice(["hermetic", "ngc-base"]), default=None,
+@click.option("--mode", type=choice(MODES), default=None,
               help="Template (default: the lock's mode; must match it).")
 @click.option("--arch-list", default=None, metavar="ARCHS",
               help="CUDA archs for kernel builds, e.g. '8.0;9.0' or sm_80,sm_90 "
                    "(TORCH_CUDA_ARCH_LIST and NVTE_CUDA_ARCHS).")
 @click.option("--jobs", type=int, default=None,
               help="Parallel compile jobs (MAX_JOBS; default: cores, at most one per 4 GiB of RAM).")
-@click.option("--target", type=click.Choice(["stage1", "builder", "runtime"]), default="runtime", show_default=True,
+@click.option("--target", type=choice(BUILD_TARGETS), default=DEFAULT_BUILD_TARGET, show_default=True,
               help="stage1: stop after the wheels-only stage; builder: after stage 2 (compilers kept); "
                    "runtime: the slim image.")
 @click.option("--python", default=None, metavar="X.Y",
@@ -38,11 +40,12 @@ from envbuilder.console import emit_json, stderr_console
 @click.option("--no-scan", is_flag=True, help="Skip the scan of the image's layers for secret values.")
 @click.option("--log", "log_file", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Also write BuildKit's full plain progress log to this file.")
-@click.option("--json", "as_json", is_flag=True, help="Print the build report as JSON on stdout.")
-def build(lockdir: Path, tag: str | None, base: str | None, mode: str | None, arch_list: str | None,
+@json_option("Print the build report as JSON on stdout.")
+@timings_option
+def build(lock: Path, tag: str | None, base: str | None, mode: str | None, arch_list: str | None,
           jobs: int | None, target: str, python: str | None, ca_bundle: Path | None, no_ca_bundle: bool,
           secrets: tuple[str, ...], no_cache: bool, no_pull: bool, no_scan: bool, log_file: Path | None,
-          as_json: bool) -> None:
+          as_json: bool, timings: bool) -> None:
     """Build LOCKDIR (made by `envbuilder lock`) into an image with the Docker engine (BuildKit)."""
     from envbuilder.image.pipeline import BuildOptions, build_image
     from envbuilder.image.secrets import default_ca_bundle, parse_secret
@@ -52,9 +55,9 @@ def build(lockdir: Path, tag: str | None, base: str | None, mode: str | None, ar
     # blocks that remove secret files and the temp context run
     specs = [parse_secret(s) for s in secrets]
     bundle = None if no_ca_bundle else (ca_bundle or default_ca_bundle())
-    opts = BuildOptions(lockdir=lockdir, tag=tag, base=base, mode=mode, arch_list=arch_list, jobs=jobs,
+    opts = BuildOptions(lockdir=lock, tag=tag, base=base, mode=mode, arch_list=arch_list, jobs=jobs,
                         target=target, python=python, ca_bundle=bundle, secrets=specs, no_cache=no_cache,
                         pull=not no_pull, scan=not no_scan, log_file=log_file)
     result = build_image(opts, console)
     if as_json:
-        emit_json(result)
+        emit_json(result, timings=timings)

@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from envbuilder.cli.options import deprecated_alias, json_option, lock_dir_input
 from envbuilder.console import dumps, emit_json, stderr_console
 from envbuilder.errors import (
     CertificationFailedError,
@@ -28,7 +29,7 @@ _STYLE = {"pass": "green", "fail": "bold red", "skipped": "yellow", "not-install
 
 
 def _target(image: str | None, sqsh: Path | None, sif: Path | None, venv: Path | None, in_place: bool,
-            python: str) -> Any:
+            interpreter: str) -> Any:
     from envbuilder.certify.runner import Target
 
     given = [(k, v) for k, v in (("image", image), ("sqsh", sqsh), ("sif", sif), ("venv", venv),
@@ -37,7 +38,7 @@ def _target(image: str | None, sqsh: Path | None, sif: Path | None, venv: Path |
         raise InvalidOptionError("name exactly one target: --image, --sqsh, --sif, --venv or --in-place",
                                  "e.g. envbuilder certify --in-place --lock build/v2.3.0")
     kind, ref = given[0]
-    return Target(kind, None if kind == "in-place" else str(ref), python)
+    return Target(kind, None if kind == "in-place" else str(ref), interpreter)
 
 
 CERT_OWNED = ("certificate.json", "report.md", "certificate.dsse.json")
@@ -140,8 +141,7 @@ def _print_table(cert: dict[str, Any]) -> None:
 @click.option("--sif", type=click.Path(path_type=Path), help="Apptainer SIF file (apptainer exec --nv).")
 @click.option("--venv", type=click.Path(path_type=Path), help="A virtual environment's root directory.")
 @click.option("--in-place", is_flag=True, help="This interpreter (bare GPU hosts, or inside a container).")
-@click.option("--lock", type=click.Path(path_type=Path, file_okay=False), help="Lock directory to certify against "
-              "(for --image, default: the lock inside the image).")
+@lock_dir_input(help="Lock directory to certify against (for --image, default: the lock inside the image).")
 @click.option("--expect", type=click.Path(path_type=Path, dir_okay=False, exists=True),
               help="Expectations JSON instead of a lock (advanced: hosts certified without a lock).")
 @click.option("--level", type=click.IntRange(0, 2), default=1, show_default=True,
@@ -151,8 +151,9 @@ def _print_table(cert: dict[str, Any]) -> None:
               "kernels,gemm,pretrain,mcore,nemo,nccl,parallel).")
 @click.option("--steps", type=click.IntRange(5, 10000), default=30, show_default=True)
 @click.option("--gpus", type=click.IntRange(0), default=0, help="Level 2: GPUs to use (default: all visible).")
-@click.option("--python", "python", default="python", show_default=True,
-              help="Interpreter inside --image/--sqsh/--sif.")
+@click.option("--interpreter", default="python", show_default=True, metavar="PATH",
+              help="Python interpreter inside --image/--sqsh/--sif (a name on its PATH or an absolute path).")
+@deprecated_alias("--python", "--interpreter", "interpreter")
 @click.option("-o", "--output", type=click.Path(path_type=Path, file_okay=False),
               help="Write certificate.json, report.md and loss-curve SVGs here (replaced atomically).")
 @click.option("--logs", type=click.Path(path_type=Path, file_okay=False),
@@ -164,10 +165,10 @@ def _print_table(cert: dict[str, Any]) -> None:
 @click.option("--sbom", type=click.Path(path_type=Path, dir_okay=False, exists=True),
               help="CycloneDX SBOM of the artifact (envbuilder sbom): copied beside the certificate and "
                    "named, with its sha256, in the certificate and the signed statement.")
-@click.option("--json", "as_json", is_flag=True, help="Print the certificate JSON on stdout.")
+@json_option("Print the certificate JSON on stdout.")
 def certify(image: str | None, sqsh: Path | None, sif: Path | None, venv: Path | None, in_place: bool,
             lock: Path | None, expect: Path | None, level: int, cpu: bool, only: str, steps: int, gpus: int,
-            python: str, output: Path | None, logs: Path | None, timestamp: bool, sign_key: Path | None,
+            interpreter: str, output: Path | None, logs: Path | None, timestamp: bool, sign_key: Path | None,
             sbom: Path | None, as_json: bool) -> None:
     """Certify an environment: imports, kernels, GEMM, NCCL and tiny-pretrain checks, with a certificate."""
     from envbuilder.canonical import sha256_file
@@ -179,7 +180,7 @@ def certify(image: str | None, sqsh: Path | None, sif: Path | None, venv: Path |
     if unknown:
         raise click.BadParameter(f"unknown check group(s) {', '.join(unknown)}; choose from {', '.join(GROUPS)}",
                                  param_hint="--only")
-    t = _target(image, sqsh, sif, venv, in_place, python)
+    t = _target(image, sqsh, sif, venv, in_place, interpreter)
     if lock is not None and expect is not None:
         raise InvalidOptionError("--lock and --expect are alternatives", "pass one of them")
     signing = sign_key is not None or bool(os.environ.get(KEY_ENV, "").strip())
@@ -256,13 +257,13 @@ def certify(image: str | None, sqsh: Path | None, sif: Path | None, venv: Path |
 
 @click.command("verify-cert")
 @click.argument("cert", type=click.Path(path_type=Path, dir_okay=False))
-@click.option("--lock", type=click.Path(path_type=Path, file_okay=False), required=True)
+@lock_dir_input(required=True, help="Lock directory the certificate must belong to.")
 @click.option("--image", help="Docker image the certificate must name (by image id).")
 @click.option("--sqsh", type=click.Path(path_type=Path, dir_okay=False), help="squashfs file (by sha256).")
 @click.option("--sif", type=click.Path(path_type=Path, dir_okay=False), help="SIF file (by sha256).")
 @click.option("--key", "public_key", type=click.Path(path_type=Path, dir_okay=False),
               help="ed25519 public key (PEM): require certificate.dsse.json signed by it and binding CERT's bytes.")
-@click.option("--json", "as_json", is_flag=True, help="Print the verification result as JSON on stdout.")
+@json_option("Print the verification result as JSON on stdout.")
 def verify_cert(cert: Path, lock: Path, image: str | None, sqsh: Path | None, sif: Path | None,
                 public_key: Path | None, as_json: bool) -> None:
     """Check that CERT belongs to this lock (and artifact) and that it passed."""

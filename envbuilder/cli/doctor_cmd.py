@@ -7,6 +7,7 @@ from typing import Any
 import click
 from rich.markup import escape
 
+from envbuilder.cli.options import host_options, json_option
 from envbuilder.console import emit_json, stderr_console
 from envbuilder.errors import EnvbuilderError
 from envbuilder.host import HostInfo, RowVerdict, detect_host, evaluate_matrix, plan_host
@@ -74,18 +75,15 @@ def _print_human(host: HostInfo, verdicts: list[RowVerdict] | None, matrix_probl
 
 
 @click.command(name="doctor")
-@click.option("--driver", help="Plan a host with this NVIDIA driver version (e.g. 570.86.15).")
-@click.option("--gpu", "gpu_name", metavar="NAME", help="Plan a host with this GPU model (from matrices/gpus.toml).")
-@click.option("--sm", metavar="X.Y", help="Plan a host with this compute capability (instead of --gpu).")
-@click.option("--gpus", "gpu_count", type=int, metavar="N", help="Number of GPUs in the planned host.")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
-def doctor(driver: str | None, gpu_name: str | None, sm: str | None, gpu_count: int | None, as_json: bool) -> None:
+@host_options(count=True)
+@json_option("Print the report as JSON on stdout.")
+def doctor(driver: str | None, gpu: str | None, sm: str | None, gpu_count: int | None, as_json: bool) -> None:
     """Report the host (GPUs, driver, container tooling, uv, disk, glibc) and which matrix rows it can run.
 
     Without planning flags the host is read through NVML; a machine without GPUs or NVML says so
     and still reports everything else. Exit code 0 unless a flag is invalid.
     """
-    planning = any(v is not None for v in (driver, gpu_name, sm, gpu_count))
+    planning = any(v is not None for v in (driver, gpu, sm, gpu_count))
     matrix: Matrix | None
     matrix_problem: str | None = None
     try:
@@ -93,7 +91,7 @@ def doctor(driver: str | None, gpu_name: str | None, sm: str | None, gpu_count: 
     except EnvbuilderError as exc:
         matrix, matrix_problem = None, exc.cause
     if planning:
-        host = with_local_tooling(plan_host(driver=driver, gpu=gpu_name, sm=sm, gpus=gpu_count, matrix=matrix))
+        host = with_local_tooling(plan_host(driver=driver, gpu=gpu, sm=sm, gpus=gpu_count, matrix=matrix))
     else:
         host = detect_host(matrix=matrix)
     verdicts = evaluate_matrix(host, matrix) if matrix is not None else None

@@ -7,6 +7,8 @@ from typing import Any
 
 import click
 
+from envbuilder.choices import EXPORT_FORMATS, FORMAT_SUFFIXES
+from envbuilder.cli.options import choice, json_option, lock_dir_input, timings_option
 from envbuilder.console import emit_json, stderr_console
 from envbuilder.errors import InvalidOptionError, ToolMissingError
 
@@ -15,10 +17,8 @@ def _format_from(output: Path, fmt: str | None) -> str:
     if fmt:
         return fmt
     suffix = output.suffix.lower().lstrip(".")
-    if suffix in ("sqsh", "squashfs"):
-        return "sqsh"
-    if suffix == "sif":
-        return "sif"
+    if suffix in FORMAT_SUFFIXES:
+        return FORMAT_SUFFIXES[suffix]
     raise InvalidOptionError(
         f"cannot tell the format from {output.name!r}", "pass --format sqsh or --format sif"
     )
@@ -26,13 +26,13 @@ def _format_from(output: Path, fmt: str | None) -> str:
 
 @click.command()
 @click.argument("image")
-@click.option("--format", "fmt", type=click.Choice(["sqsh", "sif"]), default=None,
+@click.option("--format", "fmt", type=choice(EXPORT_FORMATS), default=None,
               help="sqsh: enroot/pyxis squashfs; sif: Apptainer/Singularity image (default: from -o suffix).")
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="Artifact file to write.")
 @click.option("--squash-options", default=None, metavar="'OPTS'",
               help="mksquashfs options (default sqsh: enroot's '-comp lzo -noD'; sif: '-comp gzip').")
-@click.option("--lock", "lock_dir", type=click.Path(path_type=Path, file_okay=False, exists=True), default=None,
-              help="Lock dir: source date, lock sha256 and row when the image lacks the envbuilder labels.")
+@lock_dir_input(exists=True, help="Lock directory: source date, lock sha256 and row when the image lacks the "
+                                  "envbuilder labels.")
 @click.option("--workdir", type=click.Path(path_type=Path, file_okay=False, exists=True), default=None,
               help="Where to spool `docker save` (default: the output's directory).")
 @click.option("--processors", type=click.IntRange(min=1), default=None, help="mksquashfs threads (default: all).")
@@ -44,10 +44,11 @@ def _format_from(output: Path, fmt: str | None) -> str:
 @click.option("--no-snippets", is_flag=True, help="Do not write the .def file and launch snippets.")
 @click.option("--compare", is_flag=True,
               help="Also build with the site's apptainer (sif) or enroot (sqsh) and compare the file lists.")
-@click.option("--json", "as_json", is_flag=True, help="Print the export report as JSON on stdout.")
-def export(image: str, fmt: str | None, output: Path, squash_options: str | None, lock_dir: Path | None,
+@json_option("Print the export report as JSON on stdout.")
+@timings_option
+def export(image: str, fmt: str | None, output: Path, squash_options: str | None, lock: Path | None,
            workdir: Path | None, processors: int | None, gpus_per_node: int, nodes: int, train_script: str,
-           no_snippets: bool, compare: bool, as_json: bool) -> None:
+           no_snippets: bool, compare: bool, as_json: bool, timings: bool) -> None:
     """Export IMAGE from the local Docker engine to an enroot .sqsh or an Apptainer .sif."""
     from envbuilder.export.pipeline import ExportOptions, compare_with_native, export_image, native_tools
     from envbuilder.export.render import LaunchParams
@@ -55,7 +56,7 @@ def export(image: str, fmt: str | None, output: Path, squash_options: str | None
     console = stderr_console(quiet=as_json)
     opts = ExportOptions(
         image=image, fmt=_format_from(output, fmt), output=output, squash_options=squash_options,
-        lock_dir=lock_dir, workdir=workdir, processors=processors, snippets=not no_snippets,
+        lock_dir=lock, workdir=workdir, processors=processors, snippets=not no_snippets,
         launch=LaunchParams(gpus_per_node=gpus_per_node, nodes=nodes, train_script=train_script),
     )  # fmt: skip
     if compare:  # fail before the export, not after it
@@ -72,7 +73,7 @@ def export(image: str, fmt: str | None, output: Path, squash_options: str | None
     tools = native_tools()
     report["native_tools"] = tools
     if as_json:
-        emit_json(report)
+        emit_json(report, timings=timings)
         return
     mib = result.size / 2**20
     console.print(f"[green]wrote[/] {result.path} ({result.format}, {mib:.1f} MiB, {result.seconds:.1f} s)")
@@ -98,7 +99,7 @@ def export(image: str, fmt: str | None, output: Path, squash_options: str | None
 @click.command()
 @click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--list", "with_listing", is_flag=True, help="Also list every file (unsquashfs -lln).")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
+@json_option("Print the report as JSON on stdout.")
 def inspect(file: Path, with_listing: bool, as_json: bool) -> None:
     """Read an exported .sqsh or .sif back, show its header and labels, and verify its structure."""
     from envbuilder.export.inspect import inspect_artifact

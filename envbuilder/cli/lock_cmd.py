@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from envbuilder.choices import DEFAULT_MODE, DEFAULT_SOURCE, DEFAULT_TORCH_INDEX, MODES, SOURCES, TORCH_INDEXES
+from envbuilder.cli.options import choice, host_options, json_option, timings_option
 from envbuilder.console import emit_json, stderr_console
 from envbuilder.lock import LockOptions, run_lock
 from envbuilder.matrix import load_matrix
@@ -31,18 +33,17 @@ def _relock_command(out: Path) -> str:
 @click.option("--python", default=None, help="Target Python MAJOR.MINOR (default: newest the row allows).")
 @click.option("--cuda", default=None, help="CUDA major.minor (default: the row's).")
 @click.option("--torch", default=None, help="torch version (default: the row's).")
-@click.option("--torch-index", type=click.Choice(["pypi", "pytorch"]), default="pypi", show_default=True,
+@click.option("--torch-index", type=choice(TORCH_INDEXES), default=DEFAULT_TORCH_INDEX, show_default=True,
               help="pypi: PyPI's torch wheel when it has the row's CUDA major; pytorch: the exact CUDA variant "
                    "from download.pytorch.org.")
-@click.option("--driver", default=None, help="Target NVIDIA driver (default: detected host, if any).")
-@click.option("--gpu", default=None, help="Target GPU model, e.g. H100 (default: detected host, if any).")
-@click.option("--sm", default=None, help="Target compute capability, e.g. 9.0.")
-@click.option("--no-detect", is_flag=True, help="Do not read the local host through NVML.")
+@host_options(detect=True)
 @click.option("--set", "sets", multiple=True, metavar="NAME==VERSION",
               help="Override a component's version (NAME==none leaves it out). Repeatable.")
-@click.option("--source", type=click.Choice(["pypi", "git"]), default="pypi", show_default=True,
+@click.option("--source", type=choice(SOURCES), default=DEFAULT_SOURCE, show_default=True,
               help="git renders [tool.uv.sources] git tags for NeMo, NeMo-Run, Megatron-LM, mamba, causal-conv1d.")
-@click.option("--mode", type=click.Choice(["hermetic", "ngc-base"]), default="hermetic", show_default=True)
+@click.option("--mode", type=choice(MODES), default=DEFAULT_MODE, show_default=True,
+              help="hermetic: the whole stack from the lock on a CUDA base; ngc-base: on the row's NGC container, "
+                   "keeping its torch.")
 @click.option("--glibc", default="2.35", show_default=True,
               help="glibc of the target base OS (2.35 Ubuntu 22.04, 2.36 Debian 12, 2.39 Ubuntu 24.04).")
 @click.option("--allow-minor-compat", is_flag=True,
@@ -54,11 +55,13 @@ def _relock_command(out: Path) -> str:
 @click.option("--check", is_flag=True, help="Exit 16 if re-locking would change the lock directory; write nothing.")
 @click.option("--no-wait", is_flag=True,
               help="Exit 71 instead of waiting when another envbuilder run is writing the same -o.")
-@click.option("--json", "as_json", is_flag=True, help="Print the lock record as JSON on stdout.")
+@json_option("Print the lock record as JSON on stdout.")
+@timings_option
 def lock(nemo: str, output: Path | None, python: str | None, cuda: str | None, torch: str | None,
          torch_index: str, driver: str | None, gpu: str | None, sm: str | None, no_detect: bool,
          sets: tuple[str, ...], source: str, mode: str, glibc: str, allow_minor_compat: bool,
-         find_links: tuple[Path, ...], ca_bundle: Path | None, check: bool, no_wait: bool, as_json: bool) -> None:
+         find_links: tuple[Path, ...], ca_bundle: Path | None, check: bool, no_wait: bool, as_json: bool,
+         timings: bool) -> None:
     """Lock a NeMo stack: pyproject.toml + uv.lock + envbuilder.lock.json."""
     console = stderr_console()
     matrix = load_matrix()
@@ -87,5 +90,4 @@ def lock(nemo: str, output: Path | None, python: str | None, cuda: str | None, t
         for c in rec.constraints_added:
             console.print(f"added constraint {c['constraint']}: {c['reason']}")
     if as_json:
-        emit_json({"record": rec.to_dict(), "changed": result.changed, "output": str(out),
-                   "timings": {k: round(v, 3) for k, v in sorted(result.timings.items())}})
+        emit_json(result.to_dict(), timings=timings)

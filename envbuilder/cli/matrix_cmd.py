@@ -7,6 +7,7 @@ from typing import Any
 import click
 from rich.table import Table
 
+from envbuilder.cli.options import json_option
 from envbuilder.console import emit_json, stdout_console
 from envbuilder.errors import UnknownTagError
 from envbuilder.matrix import Matrix, Release, load_matrix
@@ -47,7 +48,7 @@ def matrix() -> None:
 
 @matrix.command("list")
 @click.option("--all", "include_test", is_flag=True, help="Include test-only profiles.")
-@click.option("--json", "as_json", is_flag=True)
+@json_option()
 def list_rows(include_test: bool, as_json: bool) -> None:
     """One line per NeMo release."""
     m = load_matrix()
@@ -65,7 +66,7 @@ def list_rows(include_test: bool, as_json: bool) -> None:
 
 @matrix.command("show")
 @click.option("--nemo", required=True)
-@click.option("--json", "as_json", is_flag=True)
+@json_option()
 def show(nemo: str, as_json: bool) -> None:
     """Every fact of one row, with its source."""
     m = load_matrix()

@@ -7,6 +7,8 @@ from typing import Any
 import click
 from rich.markup import escape
 
+from envbuilder.choices import GRAD_DTYPES
+from envbuilder.cli.options import choice, json_option
 from envbuilder.console import emit_json, stderr_console
 from envbuilder.errors import InvalidLayoutInputError, ParallelLayoutError
 from envbuilder.host.gpus import require_gpu
@@ -104,9 +106,9 @@ def _print_human(report: ParallelReport, recipe_source: str | None) -> None:
               help="Tied input/output embeddings (memory estimate).")
 @click.option("--gpu", "gpu_name", metavar="NAME", help="GPU model from matrices/gpus.toml (sm and memory).")
 @click.option("--gpu-memory-gib", type=float, help="GPU memory in GiB (overrides --gpu's).")
-@click.option("--grad-dtype", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True,
+@click.option("--grad-dtype", type=choice(GRAD_DTYPES), default=GRAD_DTYPES[0], show_default=True,
               help="Gradient buffer dtype (NeMo recipes reduce gradients in fp32).")
-@click.option("--json", "as_json", is_flag=True, help="Print every rule result as JSON on stdout.")
+@json_option("Print every rule result as JSON on stdout.")
 def check_parallel(recipe: str | None, gpu_name: str | None, gpu_memory_gib: float | None, grad_dtype: str,
                    as_json: bool, **flags: Any) -> None:
     """Check a training layout against the Megatron-Core / NeMo / Transformer Engine rules.

@@ -56,6 +56,10 @@ class LockResult:
     timings: dict[str, float]
     uv_log: str = ""
 
+    def to_dict(self) -> dict[str, object]:
+        return {"record": self.record.to_dict(), "changed": self.changed, "output": str(self.output),
+                "timings": {k: round(v, 3) for k, v in sorted(self.timings.items())}}
+
 
 def find_local_wheels(res: Resolution, dirs: list[Path]) -> dict[str, Path]:
     """Wheels in --find-links dirs that satisfy a stage-1 pin on the target platform."""

@@ -1,0 +1,110 @@
+"""Options shared by several commands, spelled once: `--json`, `--timings`, the host options,
+the lock-directory input, and hidden deprecated aliases for renamed options.
+
+The value sets behind every click.Choice live in envbuilder/choices.py, where the stages'
+validators read them too.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from envbuilder.errors import InvalidOptionError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def choice(values: tuple[str, ...]) -> click.Choice:
+    return click.Choice(list(values))
+
+
+def json_option(help: str = "Print the result as JSON on stdout.") -> Callable[[F], F]:
+    return click.option("--json", "as_json", is_flag=True, help=help)
+
+
+def timings_option(f: F) -> F:
+    """--json output is the same bytes for the same inputs; wall-clock timings only on request."""
+    return click.option("--timings", is_flag=True,
+                        help="Include wall-clock timings in the --json output (which then differs run to run).")(f)
+
+
+def host_options(*, detect: bool = False, count: bool = False) -> Callable[[F], F]:
+    """--driver, --gpu, --sm (the target host, planned from flags), plus --no-detect or --gpus N.
+
+    The function receives them as `driver`, `gpu`, `sm` (and `no_detect` / `gpu_count`).
+    """
+
+    def deco(f: F) -> F:
+        if count:
+            f = click.option("--gpus", "gpu_count", type=int, metavar="N",
+                             help="Number of GPUs in the planned host.")(f)
+        if detect:
+            f = click.option("--no-detect", is_flag=True, help="Do not read the local host through NVML.")(f)
+        f = click.option("--sm", metavar="X.Y", default=None,
+                         help="Target compute capability, e.g. 9.0 (instead of --gpu).")(f)
+        f = click.option("--gpu", metavar="NAME", default=None,
+                         help="Target GPU model from matrices/gpus.toml, e.g. H100 (default: detected host).")(f)
+        f = click.option("--driver", metavar="VERSION", default=None,
+                         help="Target NVIDIA driver, e.g. 570.86.15 (default: detected host).")(f)
+        return f
+
+    return deco
+
+
+def deprecated_alias(old: str, new: str, param: str, **attrs: Any) -> Callable[[F], F]:
+    """A hidden option `old` that still works for one release: it warns and feeds `param`
+    (the option now spelled `new`). Giving both is an error."""
+    hidden_name = f"_deprecated_{param}"
+
+    def deco(f: F) -> F:
+        @functools.wraps(f)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            value = kwargs.pop(hidden_name, None)
+            if value is not None:
+                ctx = click.get_current_context()
+                src = ctx.get_parameter_source(param)
+                if src is not None and src.name == "COMMANDLINE":
+                    raise InvalidOptionError(f"{old} and {new} name the same option", f"pass only {new}")
+                click.echo(f"warning: {old} is deprecated and will be removed in the next release; "
+                           f"use {new}", err=True)
+                kwargs[param] = value
+            return f(*args, **kwargs)
+
+        return click.option(old, hidden_name, hidden=True, default=None, **attrs)(wrapper)  # type: ignore[return-value]
+
+    return deco
+
+
+def lock_dir_input(*, positional: bool = False, required: bool = False, exists: bool = False,
+                   help: str = "Lock directory (made by `envbuilder lock`).") -> Callable[[F], F]:
+    """The lock directory a command reads: `--lock LOCKDIR` everywhere, and for commands whose
+    primary input it is also a positional LOCKDIR. The function receives it as `lock`."""
+
+    path_type = click.Path(path_type=Path, file_okay=False, exists=exists)
+
+    def deco(f: F) -> F:
+        @functools.wraps(f)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            given = kwargs.pop("lock_positional", None) if positional else None
+            opt = kwargs.get("lock")
+            if given is not None and opt is not None and Path(given) != Path(opt):
+                raise InvalidOptionError(f"two lock directories: {given} and --lock {opt}", "pass one of them")
+            value = opt if opt is not None else given
+            if value is None and required:
+                raise click.UsageError("missing the lock directory: pass LOCKDIR or --lock LOCKDIR"
+                                       if positional else "missing option --lock LOCKDIR")
+            kwargs["lock"] = value
+            return f(*args, **kwargs)
+
+        out: Any = click.option("--lock", "lock", type=path_type, default=None, metavar="LOCKDIR", help=help)(
+            wrapper)
+        if positional:
+            out = click.argument("lock_positional", metavar="[LOCKDIR]", required=False, type=path_type)(out)
+        return out
+
+    return deco
