@@ -37,6 +37,7 @@ COMMANDS: dict[str, str] = {
     "verify-cert": "envbuilder.cli.certify_cmd:verify_cert",
     "keygen": "envbuilder.cli.keygen_cmd:keygen",
     "report": "envbuilder.cli.report_cmd:report",
+    "sbom": "envbuilder.cli.sbom_cmd:sbom",
 }
 
 

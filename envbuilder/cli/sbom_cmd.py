@@ -1,0 +1,36 @@
+"""`envbuilder sbom`: a CycloneDX SBOM of a lock directory and, optionally, the image built from it."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import click
+
+from envbuilder.console import emit_json, stderr_console
+from envbuilder.errors import SbomError
+
+
+@click.command()
+@click.argument("lockdir", type=click.Path(path_type=Path, file_okay=False, exists=True))
+@click.option("--image", help="Docker image built from the lock: add its OS (dpkg) packages.")
+@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), required=True,
+              help="SBOM file to write (CycloneDX 1.5 JSON), e.g. sbom.cdx.json.")
+@click.option("--json", "as_json", is_flag=True, help="Print a summary (path, sha256, component counts) as JSON.")
+def sbom(lockdir: Path, image: str | None, output: Path, as_json: bool) -> None:
+    """Write a CycloneDX SBOM: the lock's Python packages (uv export) plus the image's OS packages."""
+    from envbuilder.image.sbom import build_sbom, write_sbom
+
+    image_id = None
+    if image:
+        got = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", image], capture_output=True,
+                             text=True, check=False)
+        if got.returncode != 0:
+            raise SbomError(f"image {image} is not in the local Docker engine",
+                            f"build it first: envbuilder build {lockdir} --tag {image}")
+        image_id = got.stdout.strip()
+    result = write_sbom(build_sbom(lockdir, image, image_id), output)
+    stderr_console().print(f"wrote {output}: {result.python_components} Python + {result.os_components} OS "
+                           f"component(s)" + (f" ({result.os_note})" if result.os_note else ""))
+    if as_json:
+        emit_json(result.to_dict())

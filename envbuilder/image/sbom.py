@@ -1,0 +1,129 @@
+"""CycloneDX SBOM of a lock (uv export --format cyclonedx1.5) plus, given an image, its OS packages.
+
+The Python part is uv's own export of uv.lock (--frozen: nothing is re-resolved). The OS part is
+the image's dpkg database, read by running dpkg-query in a throwaway container with no network.
+The document is deterministic: uv's random serial number and timestamp are replaced by a UUID
+derived from the lock and image, so the same inputs give the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from envbuilder import __version__
+from envbuilder.atomic import write_atomic
+from envbuilder.canonical import sha256_file
+from envbuilder.errors import SbomError
+from envbuilder.lock.uvrun import uv_binary, uv_env
+
+SBOM_NAME = "sbom.cdx.json"
+_OS_SCRIPT = ('. /etc/os-release 2>/dev/null; echo "os\t${ID:-unknown}\t${VERSION_CODENAME:-${VERSION_ID:-}}"; '
+              "command -v dpkg-query >/dev/null && dpkg-query -W -f='pkg\\t${Package}\\t${Version}\\t"
+              "${Architecture}\\n' || echo nodpkg")
+
+
+@dataclass
+class SbomResult:
+    document: dict[str, Any]
+    python_components: int
+    os_components: int
+    os_note: str | None = None
+    path: Path | None = None
+    sha256: str | None = field(default=None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": str(self.path) if self.path else None, "sha256": self.sha256,
+                "python_components": self.python_components, "os_components": self.os_components,
+                "os_note": self.os_note, "spec_version": self.document.get("specVersion")}
+
+
+def uv_cyclonedx(lockdir: Path) -> dict[str, Any]:
+    cmd = [uv_binary(), "export", "--format", "cyclonedx1.5", "--frozen", "--no-emit-project",
+           "--preview-features", "sbom-export", "--all-extras", "--all-groups"]
+    proc = subprocess.run(cmd, cwd=lockdir, capture_output=True, text=True, env=uv_env(None), check=False)
+    if proc.returncode != 0:
+        tail = proc.stderr.strip().splitlines()[-1:] or ["no output"]
+        raise SbomError(f"uv export --format cyclonedx1.5 failed in {lockdir}: {tail[0]}",
+                        "check that the directory holds the pyproject.toml and uv.lock written by envbuilder lock")
+    try:
+        doc: dict[str, Any] = json.loads(proc.stdout)
+    except json.JSONDecodeError as exc:
+        raise SbomError(f"uv export printed no CycloneDX JSON ({exc})", "upgrade uv (envbuilder pins it)") from exc
+    return doc
+
+
+def image_os_packages(image: str) -> tuple[str, str, list[tuple[str, str, str]] | None]:
+    """(distro id, codename, [(package, version, arch)]) or None packages when the image has no dpkg."""
+    cmd = ["docker", "run", "--rm", "--network", "none", "--entrypoint", "sh", image, "-c", _OS_SCRIPT]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SbomError(f"cannot run {image} to list its OS packages ({exc})", "start the Docker engine") from exc
+    if proc.returncode != 0:
+        raise SbomError(f"listing OS packages in {image} failed: {proc.stderr.strip()[-200:]}",
+                        "check the image exists locally (docker image inspect) and has /bin/sh")
+    distro, codename, pkgs = "unknown", "", []
+    nodpkg = False
+    for line in proc.stdout.splitlines():
+        parts = line.split("\t")
+        if parts[0] == "os" and len(parts) >= 3:
+            distro, codename = parts[1], parts[2]
+        elif parts[0] == "pkg" and len(parts) == 4:
+            pkgs.append((parts[1], parts[2], parts[3]))
+        elif line.strip() == "nodpkg":
+            nodpkg = True
+    return distro, codename, (None if nodpkg else sorted(pkgs))
+
+
+def _os_component(distro: str, codename: str, name: str, version: str, arch: str) -> dict[str, Any]:
+    qual = f"arch={arch}" + (f"&distro={codename}" if codename else "")
+    return {"type": "library", "bom-ref": f"deb:{name}@{version}", "name": name, "version": version,
+            "purl": f"pkg:deb/{distro}/{quote(name)}@{quote(version)}?{qual}",
+            "properties": [{"name": "envbuilder:source", "value": "image dpkg database"}]}
+
+
+def build_sbom(lockdir: Path, image: str | None = None, image_id: str | None = None) -> SbomResult:
+    lockdir = Path(lockdir)
+    if not (lockdir / "uv.lock").exists():
+        raise SbomError(f"{lockdir} has no uv.lock", "pass the directory written by `envbuilder lock`")
+    lock_sha = sha256_file(lockdir / "uv.lock")
+    doc = uv_cyclonedx(lockdir)
+    py = list(doc.get("components") or [])
+    meta = doc.setdefault("metadata", {})
+    meta.pop("timestamp", None)
+    meta.setdefault("tools", []).append({"vendor": "envbuilder", "name": "envbuilder", "version": __version__})
+    props = [{"name": "envbuilder:lock-sha256", "value": lock_sha}]
+    os_components: list[dict[str, Any]] = []
+    note = None
+    if image is not None:
+        distro, codename, pkgs = image_os_packages(image)
+        if pkgs is None:
+            note = f"{image} has no dpkg database; its OS packages are not listed"
+        else:
+            os_components = [_os_component(distro, codename, *p) for p in pkgs]
+        meta["component"] = {"type": "container", "bom-ref": f"image:{image}", "name": image,
+                             "version": image_id or "unknown",
+                             "properties": [{"name": "envbuilder:os", "value": f"{distro} {codename}".strip()}]}
+        props.append({"name": "envbuilder:image", "value": image})
+        if image_id:
+            props.append({"name": "envbuilder:image-id", "value": image_id})
+        if note:
+            props.append({"name": "envbuilder:os-packages", "value": note})
+    meta["properties"] = props
+    doc["components"] = py + os_components
+    seed = f"{lock_sha}|{image or ''}|{image_id or ''}"
+    doc["serialNumber"] = f"urn:uuid:{uuid.uuid5(uuid.NAMESPACE_URL, 'envbuilder-sbom:' + seed)}"
+    return SbomResult(doc, len(py), len(os_components), note)
+
+
+def write_sbom(result: SbomResult, out: Path) -> SbomResult:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(out, json.dumps(result.document, indent=2, sort_keys=True) + "\n")
+    result.path, result.sha256 = out, sha256_file(out)
+    return result
