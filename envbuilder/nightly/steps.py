@@ -1,0 +1,108 @@
+"""One row's nightly steps, each an `envbuilder` command line (what a person would type).
+
+Paths per row (OUT = --output, default build/nightly):
+    LOCKS/<row>/                 the committed lock (pyproject.toml, uv.lock, envbuilder.lock.json)
+    OUT/<row>/sbom.cdx.json      CycloneDX SBOM of the lock and the image
+    OUT/<row>/<row>.sqsh|.sif    exported artifacts
+    OUT/<row>/cert/              certificate.json, certificate.dsse.json, report.md, loss curves
+    OUT/<row>/logs/<step>.log    each step's output
+    OUT/<row>/nightly.json       the row's result (steps, exit codes, times)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+STEPS = ("lock-check", "build", "sbom", "export-sqsh", "export-sif", "certify", "verify")
+DEFAULT_TAG = "envbuilder/nightly-{row}:{lock12}"
+
+
+@dataclass(frozen=True)
+class RowConfig:
+    """Everything a row's steps need; the same object drives `nightly run` and `nightly step`."""
+
+    row: str
+    level: int = 2
+    output: Path = Path("build/nightly")
+    locks: Path = Path("locks")
+    tag_template: str = DEFAULT_TAG
+    base: str | None = None
+    cpu: bool = False
+    train_steps: int | None = None
+    sign_key: Path | None = None
+    public_key: Path | None = None
+    formats: tuple[str, ...] = ("sqsh", "sif")
+    lock_args: tuple[str, ...] = field(default=())
+    build_args: tuple[str, ...] = field(default=())
+
+    @property
+    def lockdir(self) -> Path:
+        return self.locks / self.row
+
+    @property
+    def rowdir(self) -> Path:
+        return self.output / self.row
+
+    @property
+    def certdir(self) -> Path:
+        return self.rowdir / "cert"
+
+    @property
+    def sbom(self) -> Path:
+        return self.rowdir / "sbom.cdx.json"
+
+    def artifact(self, fmt: str) -> Path:
+        return self.rowdir / f"{self.row}.{fmt}"
+
+    def lock_sha256(self) -> str:
+        uv_lock = self.lockdir / "uv.lock"
+        return hashlib.sha256(uv_lock.read_bytes()).hexdigest() if uv_lock.exists() else "nolock"
+
+    @property
+    def tag(self) -> str:
+        """Named after the lock's content: a new lock never reuses an image built from an old one."""
+        return self.tag_template.format(row=self.row.lower(), lock12=self.lock_sha256()[:12])
+
+    def steps(self) -> list[str]:
+        return [s for s in STEPS if not (s.startswith("export-") and s.removeprefix("export-") not in self.formats)]
+
+
+def command(cfg: RowConfig, step: str) -> list[str]:
+    """The envbuilder arguments of one step."""
+    if step == "lock-check":
+        return ["lock", "--nemo", cfg.row, "-o", str(cfg.lockdir), "--check", "--no-detect", *cfg.lock_args]
+    if step == "build":
+        return ["build", str(cfg.lockdir), "--tag", cfg.tag, *(["--base", cfg.base] if cfg.base else []),
+                *cfg.build_args]
+    if step == "sbom":
+        return ["sbom", str(cfg.lockdir), "--image", cfg.tag, "-o", str(cfg.sbom)]
+    if step.startswith("export-"):
+        fmt = step.removeprefix("export-")
+        return ["export", cfg.tag, "--format", fmt, "-o", str(cfg.artifact(fmt)), "--lock", str(cfg.lockdir)]
+    if step == "certify":
+        return ["certify", "--image", cfg.tag, "--lock", str(cfg.lockdir), "--level", str(cfg.level),
+                *(["--cpu"] if cfg.cpu else []), *(["--steps", str(cfg.train_steps)] if cfg.train_steps else []),
+                "--sbom", str(cfg.sbom), "--timestamp", "-o", str(cfg.certdir),
+                *(["--sign", str(cfg.sign_key)] if cfg.sign_key else [])]
+    if step == "verify":
+        return ["verify-cert", str(cfg.certdir / "certificate.json"), "--lock", str(cfg.lockdir), "--image", cfg.tag,
+                *(["--key", str(cfg.public_key)] if cfg.public_key else [])]
+    raise ValueError(f"unknown nightly step {step!r}")
+
+
+def image_lock_label(tag: str) -> str | None:
+    """The lock sha256 an image in the local engine was built from (None when it is absent)."""
+    from envbuilder.lock.record import LABEL_LOCK_SHA256
+
+    got = subprocess.run(["docker", "image", "inspect", "--format",
+                          "{{index .Config.Labels \"" + LABEL_LOCK_SHA256 + "\"}}", tag],
+                         capture_output=True, text=True, check=False)
+    return got.stdout.strip() or None if got.returncode == 0 else None
+
+
+def build_is_current(cfg: RowConfig) -> bool:
+    """The image tag exists and was built from this very lock: building again would change nothing."""
+    return image_lock_label(cfg.tag) == cfg.lock_sha256()
