@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from envbuilder.cli.options import json_option
 from envbuilder.console import emit_json, stderr_console
 
 
@@ -13,7 +14,7 @@ from envbuilder.console import emit_json, stderr_console
 @click.option("-o", "--output", type=click.Path(path_type=Path, file_okay=False), default=Path("keys"),
               show_default=True, help="Directory for the pair.")
 @click.option("--name", default="envbuilder-signing", show_default=True, help="File stem: NAME.key and NAME.pub.")
-@click.option("--json", "as_json", is_flag=True, help="Print the paths and key id as JSON on stdout.")
+@json_option("Print the paths and key id as JSON on stdout.")
 def keygen(output: Path, name: str, as_json: bool) -> None:
     """Create an ed25519 key pair: NAME.key (private, mode 0600) and NAME.pub. Never overwrites."""
     from envbuilder.certify.sign import generate_keypair

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from envbuilder.cli.options import json_option
 from envbuilder.console import emit_json, stderr_console
 from envbuilder.errors import NightlyRowsFailedError
 
@@ -89,7 +90,7 @@ def plan(rows: str | None, level: int, include_test: bool) -> None:
               help="Regression gate: percent drop against the previous certificate of the row, same GPU model.")
 @click.option("--browser-check", is_flag=True, help="report --browser-check (headless Chromium).")
 @_row_options
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
+@json_option("Print the summary as JSON on stdout.")
 def run(rows: str | None, jobs: int, no_resume: bool, no_report: bool, site: Path | None, history: Path | None,
         threshold_pct: float, browser_check: bool, as_json: bool, **row_opts: Any) -> None:
     """Every row: lock --check, build, sbom, export sqsh+sif, certify, verify-cert; then report --gate."""

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from envbuilder.cli.options import json_option
 from envbuilder.console import emit_json, stderr_console
 from envbuilder.errors import DashboardBrowserError, RegressionError
 
@@ -30,7 +31,7 @@ from envbuilder.errors import DashboardBrowserError, RegressionError
                    "or missing local file.")
 @click.option("--screenshot", type=click.Path(path_type=Path, dir_okay=False),
               help="With --browser-check: save a PNG of index.html here.")
-@click.option("--json", "as_json", is_flag=True, help="Print the dashboard summary as JSON on stdout.")
+@json_option("Print the dashboard summary as JSON on stdout.")
 def report(certs: tuple[Path, ...], output: Path, history: Path | None, threshold_pct: float, gate: bool,
            locks: Path | None, public_key: Path | None, browser_check: bool, screenshot: Path | None,
            as_json: bool) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from envbuilder.cli.options import json_option
 from envbuilder.console import emit_json, stderr_console
 from envbuilder.errors import SbomError
 
@@ -16,7 +17,7 @@ from envbuilder.errors import SbomError
 @click.option("--image", help="Docker image built from the lock: add its OS (dpkg) packages.")
 @click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), required=True,
               help="SBOM file to write (CycloneDX 1.5 JSON), e.g. sbom.cdx.json.")
-@click.option("--json", "as_json", is_flag=True, help="Print a summary (path, sha256, component counts) as JSON.")
+@json_option("Print a summary (path, sha256, component counts) as JSON.")
 def sbom(lockdir: Path, image: str | None, output: Path, as_json: bool) -> None:
     """Write a CycloneDX SBOM: the lock's Python packages (uv export) plus the image's OS packages."""
     from envbuilder.image.sbom import build_sbom, write_sbom
