@@ -382,6 +382,13 @@ class NightlyRowsFailedError(EnvbuilderError):
 # (this section's classes go here)
 
 
+class LockAllError(EnvbuilderError):
+    """`lock --all`: one or more rows failed; the others were written."""
+
+    exit_code = 110
+    kind = "lock-all-failed"
+
+
 # --- 120-129: command-line options -------------------------------------------
 # (this section's classes go here)
 

@@ -18,3 +18,11 @@ def matrices_dir() -> Path:
 
 def templates_dir() -> Path:
     return Path(os.environ.get("ENVBUILDER_TEMPLATES", REPO_ROOT / "templates"))
+
+
+def cache_dir() -> Path:
+    """envbuilder's own cache (parsed locks, exported artifacts): ENVBUILDER_CACHE, else XDG's."""
+    explicit = os.environ.get("ENVBUILDER_CACHE")
+    if explicit:
+        return Path(explicit)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "envbuilder"

@@ -12,7 +12,7 @@ import pytest
 
 from envbuilder.errors import ForeignOutputDirError, LockDirError, NetworkError
 from envbuilder.lock import LockOptions, read_record, run_lock
-from envbuilder.lock import pipeline as pipeline_mod
+from envbuilder.lock import reuse as reuse_mod
 from envbuilder.lock.platform import PlatformProblem, check_platform, find_constraint, target_tags
 from envbuilder.lock.uvlock import LockedPackage
 from envbuilder.matrix import load_matrix
@@ -94,7 +94,7 @@ def test_interrupt_leaves_previous_lock_intact(tmp_path: Path, monkeypatch: pyte
     def interrupted(*_a: object, **_k: object) -> str:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(pipeline_mod, "run_uv_lock", interrupted)
+    monkeypatch.setattr(reuse_mod, "run_uv_lock", interrupted)
     with pytest.raises(KeyboardInterrupt):
         run_lock(load_matrix(REPO / "matrices"), ResolveRequest(nemo="smoke"), LockOptions(output=out))
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -10,6 +11,7 @@ from envbuilder.choices import DEFAULT_MODE, DEFAULT_SOURCE, DEFAULT_TORCH_INDEX
 from envbuilder.cli.options import choice, host_options, json_option, timings_option
 from envbuilder.console import emit_json, stderr_console
 from envbuilder.lock import LockOptions, run_lock
+from envbuilder.lock.batch import DEFAULT_JOBS
 from envbuilder.matrix import load_matrix
 from envbuilder.resolve import ResolveRequest, parse_set
 from envbuilder.resolve.host import host_facts
@@ -27,7 +29,13 @@ def _relock_command(out: Path) -> str:
 
 
 @click.command()
-@click.option("--nemo", required=True, help="NeMo release tag (a matrix row), e.g. v2.3.0.")
+@click.option("--nemo", default=None, help="NeMo release tag (a matrix row), e.g. v2.3.0.")
+@click.option("--all", "all_rows", is_flag=True,
+              help="Lock every matrix row into OUTPUT/<tag>/ (default OUTPUT: locks), several at a time.")
+@click.option("--jobs", type=click.IntRange(1, 64), default=None,
+              help=f"With --all: rows locked at once (default {DEFAULT_JOBS}).")
+@click.option("--online", is_flag=True,
+              help="Skip the offline-first attempt: always ask the package index.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
               help="Lock directory to write (default: build/<tag>).")
 @click.option("--python", default=None, help="Target Python MAJOR.MINOR (default: newest the row allows).")
@@ -57,21 +65,37 @@ def _relock_command(out: Path) -> str:
               help="Exit 71 instead of waiting when another envbuilder run is writing the same -o.")
 @json_option("Print the lock record as JSON on stdout.")
 @timings_option
-def lock(nemo: str, output: Path | None, python: str | None, cuda: str | None, torch: str | None,
+def lock(nemo: str | None, all_rows: bool, jobs: int | None, online: bool, output: Path | None,
+         python: str | None, cuda: str | None, torch: str | None,
          torch_index: str, driver: str | None, gpu: str | None, sm: str | None, no_detect: bool,
          sets: tuple[str, ...], source: str, mode: str, glibc: str, allow_minor_compat: bool,
          find_links: tuple[Path, ...], ca_bundle: Path | None, check: bool, no_wait: bool, as_json: bool,
          timings: bool) -> None:
     """Lock a NeMo stack: pyproject.toml + uv.lock + envbuilder.lock.json."""
     console = stderr_console()
+    if all_rows == (nemo is not None):
+        raise click.UsageError("pass exactly one of --nemo TAG or --all")
+    if all_rows and (python or cuda or torch or sets):
+        raise click.UsageError("--python/--cuda/--torch/--set pick one row's versions: not with --all")
     matrix = load_matrix()
     host = host_facts(matrix, driver=driver, gpu=gpu, sm=sm, detect=not no_detect)
-    req = ResolveRequest(nemo=nemo, python=python, cuda=cuda, torch=torch, torch_index=torch_index,
-                         overrides=parse_set(sets), source=source, mode=mode, glibc=glibc, host=host,
-                         allow_minor_compat=allow_minor_compat)
+
+    def request(tag: str) -> ResolveRequest:
+        return ResolveRequest(nemo=tag, python=python, cuda=cuda, torch=torch, torch_index=torch_index,
+                              overrides=parse_set(sets), source=source, mode=mode, glibc=glibc, host=host,
+                              allow_minor_compat=allow_minor_compat)
+
+    base = LockOptions(output=output or Path("locks"), check=check, ca_bundle=ca_bundle,
+                       find_links=list(find_links), offline_first=not online, wait=not no_wait)
+    if all_rows:
+        from envbuilder.cli.lock_all import run_lock_all
+
+        run_lock_all(matrix, request, base.output, base, jobs or DEFAULT_JOBS, as_json, timings)
+        return
+    assert nemo is not None
+    req = request(nemo)
     out = output or Path("build") / nemo
-    opts = LockOptions(output=out, check=check, ca_bundle=ca_bundle, find_links=list(find_links), wait=not no_wait,
-                       check_fix=_relock_command(out))
+    opts = replace(base, output=out, check_fix=_relock_command(out))
     with console.status(f"locking nemo {nemo}") as status:
 
         def progress(msg: str) -> None:
@@ -86,7 +110,8 @@ def lock(nemo: str, output: Path | None, python: str | None, cuda: str | None, t
         verb = "wrote" if result.changed else "unchanged"
         console.print(f"[green]{verb}[/green] {out}: {len(rec.pins)} pins, python {rec.target.python}, "
                       f"cuda {rec.target.cuda}, uv.lock sha256 {rec.lock_sha256[:12]} "
-                      f"(uv lock {result.timings.get('uv_lock', 0):.1f}s, total {result.timings['total']:.1f}s)")
+                      f"(uv lock {result.timings.get('uv_lock', 0):.1f}s, total {result.timings['total']:.1f}s, "
+                      f"{'resolved offline' if result.resolved_offline else 'resolved online'})")
         for c in rec.constraints_added:
             console.print(f"added constraint {c['constraint']}: {c['reason']}")
     if as_json:

@@ -23,9 +23,10 @@ from packaging.version import Version
 from envbuilder.atomic import claim_output_dir, commit_files, os_error, owned_names, staging_dir, write_atomic
 from envbuilder.errors import EnvbuilderError, LockOutOfDateError, NetworkError, PlatformWheelError
 from envbuilder.lock.platform import check_platform, fetch_release_files, find_constraint, source_builds, target_tags
-from envbuilder.lock.record import RECORD_NAME, LockRecord, build_record
+from envbuilder.lock.record import RECORD_NAME, LockRecord, build_record, source_date_epoch
+from envbuilder.lock.reuse import lock_offline_first, seed_from
 from envbuilder.lock.uvlock import LockedPackage, read_uv_lock, stage1_closure, stage1_packages
-from envbuilder.lock.uvrun import run_uv_lock, uv_version
+from envbuilder.lock.uvrun import uv_version
 from envbuilder.lock.validate import check_ca_bundle, check_find_links, check_glibc, check_target_arch
 from envbuilder.matrix.model import Matrix
 from envbuilder.render.pyproject import render_pyproject
@@ -45,6 +46,8 @@ class LockOptions:
     verbose_uv: bool = False  # keep uv's -v log in LockResult.uv_log (tests assert no sdist was built)
     wait: bool = True  # False: fail with OutputBusyError when another run holds the directory
     check_fix: str = ""  # the user's own command line, repeated in --check's fix line
+    offline_first: bool = True  # resolve from the uv cache when it is complete for the row's cutoff
+    reuse_lock: bool = True  # seed staging with the output's uv.lock (uv validates instead of re-resolving)
 
 
 @dataclass
@@ -55,9 +58,13 @@ class LockResult:
     output: Path
     timings: dict[str, float]
     uv_log: str = ""
+    resolved_offline: bool = False  # every uv lock round resolved from the uv cache alone
+    seeded: bool = False  # staging started from the existing uv.lock
+    online_reason: str = ""  # why the offline attempt was not used
 
     def to_dict(self) -> dict[str, object]:
         return {"record": self.record.to_dict(), "changed": self.changed, "output": str(self.output),
+                "resolved_offline": self.resolved_offline, "seeded": self.seeded,
                 "timings": {k: round(v, 3) for k, v in sorted(self.timings.items())}}
 
 
@@ -229,6 +236,9 @@ def _lock_into(matrix: Matrix, req: ResolveRequest, opts: LockOptions, res: Reso
             local_rel[name] = rel
             progress(f"{name}: using local wheel {whl.name}")
 
+        seeded = opts.reuse_lock and is_lock_dir(real) and seed_from(real, staging)
+        cutoff = source_date_epoch(res.exclude_newer) if res.exclude_newer else 0
+        offline, online_reason = True, ""
         constraints: list[dict[str, str]] = []
         uv_log = ""
         for round_ in range(MAX_FIX_ROUNDS + 1):
@@ -238,7 +248,11 @@ def _lock_into(matrix: Matrix, req: ResolveRequest, opts: LockOptions, res: Reso
             timings["render"] = timings.get("render", 0.0) + time.monotonic() - t
             progress("uv lock" + (f" (after {len(constraints)} platform fix(es))" if round_ else ""))
             t = time.monotonic()
-            uv_log = run_uv_lock(staging, opts.ca_bundle, ["-v"] if opts.verbose_uv else None)
+            run = lock_offline_first(staging, cutoff, opts.ca_bundle, ["-v"] if opts.verbose_uv else None,
+                                     offline_first=opts.offline_first)
+            uv_log = run.log
+            offline = offline and run.resolved_offline
+            online_reason = online_reason or run.fallback_reason
             timings["uv_lock"] = timings.get("uv_lock", 0.0) + time.monotonic() - t
             t = time.monotonic()
             new = _fix_platform(staging, res, opts.ca_bundle, progress)
@@ -276,4 +290,5 @@ def _lock_into(matrix: Matrix, req: ResolveRequest, opts: LockOptions, res: Reso
         elif changed:
             commit_files(staging, real, names, remove=owned_files(real))
         timings["total"] = time.monotonic() - t0
-        return LockResult(record, res, changed, out, timings, uv_log)
+        return LockResult(record, res, changed, out, timings, uv_log, resolved_offline=offline, seeded=seeded,
+                          online_reason=online_reason)
