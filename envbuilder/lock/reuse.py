@@ -122,6 +122,9 @@ def lock_offline_first(staging: Path, cutoff: int, ca_bundle: Path | None = None
             log = run_uv_lock(staging, ca_bundle, ["--offline", *verbose, *extra])
         except EnvbuilderError as exc:
             log, reason = "", f"offline resolution failed: {exc.cause}"
+            saved = exc.details.get("log_file")
+            if saved:  # the online run that follows is the one whose failure the user sees
+                Path(saved).unlink(missing_ok=True)
         if log:
             consulted = bool(_SEARCHING.search(log))
             stale = stale_pages(log, staging / "uv.lock", uv_cache_dir(ca_bundle) if consulted else None, cutoff)
