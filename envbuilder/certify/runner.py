@@ -15,6 +15,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from envbuilder import procs
 from envbuilder.canonical import sha256_file
 from envbuilder.errors import CertifyEnvironmentError, ImageNotFoundError, ToolMissingError
 from envbuilder.lock.record import RECORD_NAME
@@ -160,7 +161,7 @@ def run_certify(t: Target, inner_args: list[str], in_dir: Path, out_dir: Path, g
     """Run the in-environment entry point; stderr streams through, stdout (certificate JSON) is returned."""
     argv, env, cleanup = build_command(t, inner_args, in_dir, out_dir, gpus)
     try:
-        proc = subprocess.run(argv, env=env, stdout=subprocess.PIPE, text=True)
+        proc = procs.run(argv, env=env, stdout=subprocess.PIPE, text=True)  # killed with envbuilder
     finally:
         for c in cleanup:
             subprocess.run(c, capture_output=True)

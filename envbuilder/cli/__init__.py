@@ -156,9 +156,11 @@ def main(argv: list[str] | None = None) -> Any:
     except EnvbuilderError as err:
         report_error(err, want_json)
         sys.exit(err.exit_code)
-    except click.exceptions.Abort:
-        click.echo("interrupted", err=True)
-        sys.exit(130)
+    except click.exceptions.Abort as abort:  # click turns KeyboardInterrupt (and procs.Terminated) into Abort
+        cause = abort.__cause__ if isinstance(abort.__cause__, KeyboardInterrupt) else KeyboardInterrupt()
+        click.echo(f"interrupted ({procs.interrupt_name(cause)}): outputs were left as they were before this run",
+                   err=True)
+        sys.exit(procs.interrupt_exit_code(cause))
     except KeyboardInterrupt as exc:
         click.echo(f"interrupted ({procs.interrupt_name(exc)}): outputs were left as they were before this run",
                    err=True)

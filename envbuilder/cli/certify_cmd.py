@@ -183,6 +183,10 @@ def certify(image: str | None, sqsh: Path | None, sif: Path | None, venv: Path |
     t = _target(image, sqsh, sif, venv, in_place, interpreter)
     if lock is not None and expect is not None:
         raise InvalidOptionError("--lock and --expect are alternatives", "pass one of them")
+    if output is not None:  # refuse a directory that is not ours before anything runs
+        from envbuilder.atomic import guard_output_dir
+
+        guard_output_dir(output, _is_cert_dir, "a certificate directory")
     signing = sign_key is not None or bool(os.environ.get(KEY_ENV, "").strip())
     if (signing or sbom is not None) and output is None:
         raise InvalidOptionError("--sign and --sbom need -o DIR (the envelope and SBOM sit beside the certificate)",

@@ -18,14 +18,21 @@ from envbuilder.resolve.host import host_facts
 
 
 def _relock_command(out: Path) -> str:
-    """The user's own lock command without --check/--json (the fix line of a stale --check)."""
+    """The user's own lock command without --check/--json/--no-wait (the fix line of a stale --check)."""
     import shlex
-    import sys
 
-    args = [a for a in sys.argv[1:] if a not in ("--check", "--json")]
-    if "-o" not in args and "--output" not in args and not any(a.startswith("--output=") for a in args):
-        args += ["-o", str(out)]
-    return shlex.join(["envbuilder", *args])
+    ctx = click.get_current_context()
+    words = ["envbuilder", "lock"]
+    for param in ctx.command.params:
+        if not isinstance(param, click.Option) or param.name in ("check", "as_json", "no_wait", "output"):
+            continue
+        value = ctx.params.get(param.name or "")
+        if value == param.default or value in (None, (), False):
+            continue
+        flag = max(param.opts, key=len)
+        for v in value if isinstance(value, tuple) else [value]:
+            words += [flag] if v is True else [flag, str(v)]
+    return shlex.join([*words, "-o", str(out)])
 
 
 @click.command()

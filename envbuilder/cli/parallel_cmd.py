@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import click
@@ -47,6 +48,9 @@ def build_layout(flags: dict[str, Any], recipe_name: str | None) -> tuple[Layout
 
 
 def _gpu_target(gpu: str | None, memory: float | None) -> GpuTarget:
+    if memory is not None and not math.isfinite(memory):  # nan passes every comparison; inf is no memory size
+        raise InvalidLayoutInputError(f"--gpu-memory-gib {memory}: not a finite number",
+                                      "give the GPU memory in GiB, e.g. 80")
     if memory is not None and memory <= 0:
         raise InvalidLayoutInputError(f"--gpu-memory-gib {memory:g}: memory must be positive",
                                       "give the GPU memory in GiB, e.g. 80")

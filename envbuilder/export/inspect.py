@@ -18,7 +18,7 @@ from typing import Any
 
 from envbuilder.errors import ArtifactCorruptError, OutputPathError, ToolMissingError
 from envbuilder.export import sif as sifmod
-from envbuilder.export.squashfs import SUPERBLOCK, Superblock, parse_superblock
+from envbuilder.export.squashfs import COMPRESSORS, SUPERBLOCK, Superblock, parse_superblock
 
 
 def _corrupt(path: Path, what: str) -> ArtifactCorruptError:
@@ -45,7 +45,79 @@ def _check_squashfs(path: Path, offset: int, available: int) -> Superblock:
         raise _corrupt(
             path, f"truncated: squashfs{where} needs {sb.bytes_used} bytes but only {available} are there"
         )
+    _check_tables(path, offset, raw, where)
     return sb
+
+
+_NONE = 0xFFFFFFFFFFFFFFFF  # an absent optional table
+_METADATA_BLOCK = 8192
+
+
+def _check_tables(path: Path, offset: int, raw: bytes, where: str) -> None:
+    """The rest of the superblock, every table offset, and the inode table's first metadata block.
+
+    A damaged superblock or inode table passes a magic/size check but no reader can open the
+    filesystem; these are the fields the kernel and unsquashfs read first.
+    """
+    f = SUPERBLOCK.unpack(raw[: SUPERBLOCK.size])
+    inodes, block_size, comp, block_log, ids = f[1], f[3], f[5], f[6], f[8]
+    root_inode, bytes_used, id_table, xattr_table, inode_table, dir_table, frag_table, lookup_table = f[11:19]
+    if not 4096 <= block_size <= 1 << 20 or block_size & (block_size - 1) or 1 << block_log != block_size:
+        raise _corrupt(path, f"squashfs{where}: block size {block_size} / block_log {block_log} is not valid")
+    if comp not in COMPRESSORS:
+        raise _corrupt(path, f"squashfs{where}: unknown compressor id {comp}")
+    if inodes == 0 or ids == 0:
+        raise _corrupt(path, f"squashfs{where}: {inodes} inodes and {ids} ids (an image has at least one of each)")
+    required = {"inode_table_start": inode_table, "directory_table_start": dir_table, "id_table_start": id_table}
+    optional = {"fragment_table_start": frag_table, "lookup_table_start": lookup_table,
+                "xattr_id_table_start": xattr_table}
+    for name, value in {**required, **optional}.items():
+        if name in optional and value == _NONE:
+            continue
+        if not SUPERBLOCK.size <= value < bytes_used:
+            raise _corrupt(path, f"squashfs{where}: {name} {value} lies outside the filesystem "
+                                 f"({SUPERBLOCK.size}..{bytes_used})")
+    if not inode_table < dir_table:
+        raise _corrupt(path, f"squashfs{where}: inode table ({inode_table}) does not come before the directory "
+                             f"table ({dir_table})")
+    if (root_inode >> 16) >= dir_table - inode_table or (root_inode & 0xFFFF) >= _METADATA_BLOCK:
+        raise _corrupt(path, f"squashfs{where}: root inode reference {root_inode:#x} points outside the inode table")
+    with open(path, "rb") as fh:
+        fh.seek(offset + inode_table)
+        head = fh.read(2)
+        if len(head) < 2:
+            raise _corrupt(path, f"squashfs{where}: truncated inode table")
+        header = int.from_bytes(head, "little")
+        size, compressed = header & 0x7FFF, not header & 0x8000
+        if not 0 < size <= _METADATA_BLOCK or inode_table + 2 + size > dir_table:
+            raise _corrupt(path, f"squashfs{where}: the inode table's first block header ({header:#06x}) is "
+                                 "damaged")
+        block = fh.read(size)
+    data = _decompress(COMPRESSORS[comp], block) if compressed else block
+    if data is None:
+        return  # lzo/lz4/zstd: no stdlib decompressor; the header and offsets were checked
+    if not isinstance(data, bytes) or len(data) < 16:
+        raise _corrupt(path, f"squashfs{where}: the inode table's first block does not decompress")
+    inode_type = int.from_bytes(data[:2], "little")
+    if not 1 <= inode_type <= 14:
+        raise _corrupt(path, f"squashfs{where}: the first inode has type {inode_type} (valid: 1..14)")
+
+
+def _decompress(name: str, block: bytes) -> bytes | bool | None:
+    """Decompressed block; False when it fails; None when no stdlib decompressor exists for `name`."""
+    import lzma
+    import zlib
+
+    try:
+        if name == "gzip":
+            return zlib.decompress(block)
+        if name == "xz":
+            return lzma.decompress(block, format=lzma.FORMAT_XZ)
+        if name == "lzma":
+            return lzma.decompress(block, format=lzma.FORMAT_ALONE)
+    except (zlib.error, lzma.LZMAError):
+        return False
+    return None
 
 
 def list_files(path: Path, offset: int = 0) -> list[str]:
@@ -70,6 +142,9 @@ def enroot_labels(path: Path) -> dict[str, str]:
     proc = subprocess.run([tool, "-cat", str(path), "etc/rc"], capture_output=True, check=False)
     labels: dict[str, str] = {}
     if proc.returncode != 0:
+        err = proc.stderr.decode(errors="replace")
+        if "FATAL ERROR" in err or "failed to read" in err:  # the inode or directory table is damaged
+            raise _corrupt(path, f"unsquashfs cannot read the filesystem: {err.strip().splitlines()[-1][:200]}")
         return labels  # not an enroot-style image: no /etc/rc
     for line in proc.stdout.decode(errors="replace").splitlines():
         if not line.startswith("# "):

@@ -150,7 +150,7 @@ def _signals_interrupt() -> Iterator[None]:
         raise _Interrupted(signal.Signals(signum).name)
 
     try:
-        old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+        old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     except ValueError:  # not the main thread: leave signals alone
         yield
         return
@@ -171,6 +171,10 @@ def _root_attrs(tree: MergedTree) -> tuple[int, int, int]:
 def export_image(opts: ExportOptions, progress: Callable[[str], None] = lambda _m: None) -> ExportResult:
     if opts.fmt not in FORMATS:
         raise InvalidOptionError(f"unknown format {opts.fmt!r}", f"use --format {' or '.join(FORMATS)}")
+    if not opts.image.strip():
+        raise InvalidOptionError("IMAGE is empty", "pass an image reference, e.g. envbuilder/v2.3.0:TAG")
+    if str(opts.output) in ("", "."):
+        raise OutputPathError(f"-o {str(opts.output)!r} is not a file path", "pass a file path, e.g. -o nemo.sqsh")
     output = Path(opts.output).absolute()
     check_output(output)
     if opts.squash_options is not None:

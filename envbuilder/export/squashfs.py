@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from envbuilder import procs
 from envbuilder.errors import DiskFullError, InvalidOptionError, ToolMissingError
 
 # enroot's default ENROOT_SQUASH_OPTIONS (NVIDIA/enroot conf/enroot.conf.in), minus -exit-on-error
@@ -93,7 +94,12 @@ def mksquashfs_path() -> str:
 
 
 def parse_squash_options(text: str) -> list[str]:
-    args = shlex.split(text)
+    try:
+        args = shlex.split(text)
+    except ValueError as exc:  # an unbalanced quote
+        raise InvalidOptionError(f"--squash-options {text!r}: {exc}",
+                                 "quote the whole option string once, e.g. --squash-options '-comp zstd -b 1M'"
+                                 ) from exc
     bad = sorted(a for a in args if a in _REFUSED)
     if bad:
         raise InvalidOptionError(
@@ -139,7 +145,8 @@ def build_squashfs(out: Path, spec: SquashSpec, write_tar: Callable[[IO[bytes]],
     """
     cmd = mksquashfs_command(out, spec)
     with tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err)
+        # own process group, dies with envbuilder (even on SIGKILL): no orphan mksquashfs writing `out`
+        proc = procs.popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err)
         assert proc.stdin is not None
         broken: BaseException | None = None
         try:
@@ -148,8 +155,7 @@ def build_squashfs(out: Path, spec: SquashSpec, write_tar: Callable[[IO[bytes]],
         except BrokenPipeError as exc:  # mksquashfs died first: its stderr says why
             broken = exc
         except BaseException:
-            proc.kill()
-            proc.wait()
+            procs.kill_group(proc)
             raise
         rc = proc.wait()
         err.seek(0)

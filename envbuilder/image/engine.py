@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from envbuilder import procs
 from envbuilder.errors import BaseImageMissingError, DockerUnavailableError
 
 # The first `docker` on PATH may be a newer client without buildx (as here: 28.x in
@@ -99,15 +100,15 @@ def run_build(argv: list[str], context: Path, on_line: Callable[[str], None],
               env: dict[str, str] | None = None) -> int:
     """Run `docker build` with BuildKit, feeding each progress line to on_line; returns the status."""
     full_env = {**os.environ, **(env or {}), "DOCKER_BUILDKIT": "1", "BUILDKIT_PROGRESS": "plain"}
-    proc = subprocess.Popen(argv, cwd=context, env=full_env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1)
+    # own process group, dies with envbuilder: cancelling the CLI client cancels the BuildKit build
+    proc = procs.popen(argv, cwd=context, env=full_env, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1)
     assert proc.stdout is not None
     try:
         for line in proc.stdout:
             on_line(line)
     except BaseException:
-        proc.terminate()
-        proc.wait()
+        procs.kill_group(proc)
         raise
     return proc.wait()
 

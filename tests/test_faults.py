@@ -1,0 +1,488 @@
+"""The bad-input and fault corpus: every case ends in its own exit code, one `error:` line, one
+`fix:` line (click's `Try ...` line for usage errors), no traceback, and leaves every file the user
+had byte-identical (sha256 and mode of each file, before and after).
+
+Cases run in-process through `envbuilder.cli.main` (what the `envbuilder` script calls) and stay
+offline: they fail before the network, or lock against a local index of tiny wheels (faultkit).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import io
+import json
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from faultkit import OFFLINE_LOCK_ARGS, offline_env, offline_index, snapshot
+
+from envbuilder.cli import main
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+
+def run_cli(args: list[str]) -> Result:
+    """`envbuilder ARGS` in this process; the CLI's signal handlers are restored afterwards."""
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                main(args)
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        for s, h in saved.items():
+            signal.signal(s, h)
+    return Result(code, out.getvalue(), err.getvalue())
+
+
+@dataclass
+class Kit:
+    tmp: Path
+    lock: Path  # a real lock directory (uv lock against the offline index), the user's copy
+    env: dict[str, str]
+
+
+@dataclass
+class Case:
+    args: list[str]
+    watch: list[Path] = field(default_factory=list)
+
+
+@pytest.fixture(scope="session")
+def offline(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    root = tmp_path_factory.mktemp("offline-index")
+    return offline_env(offline_index(root / "wheels"), root / "uv-cache")
+
+
+@pytest.fixture(scope="session")
+def built_lock(tmp_path_factory: pytest.TempPathFactory, offline: dict[str, str]) -> Path:
+    out = tmp_path_factory.mktemp("lock-master") / "lk"
+    proc = subprocess.run([sys.executable, "-m", "envbuilder", *OFFLINE_LOCK_ARGS, "-o", str(out)],
+                          env={**os.environ, **offline}, capture_output=True, text=True, cwd=REPO, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+@pytest.fixture()
+def kit(tmp_path: Path, built_lock: Path, offline: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Kit:
+    for k, v in offline.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    lock = tmp_path / "lk"
+    shutil.copytree(built_lock, lock)
+    (lock / "NOTES.md").write_text("my notes\n")
+    return Kit(tmp_path, lock, offline)
+
+
+# --- helpers that damage a copy of the lock the way a user (or a disk) might ----------------------
+
+
+def _rehash(lock: Path) -> None:
+    """Make the record agree with the files again, as someone covering an edit would."""
+    rec = json.loads((lock / "envbuilder.lock.json").read_text())
+    for name in rec["files"]:
+        rec["files"][name] = hashlib.sha256((lock / name).read_bytes()).hexdigest()
+    rec["lock_sha256"] = rec["files"]["uv.lock"]
+    (lock / "envbuilder.lock.json").write_text(json.dumps(rec, indent=2, sort_keys=True) + "\n")
+
+
+def _truncate_uv_lock(lock: Path) -> None:
+    text = (lock / "uv.lock").read_text()
+    (lock / "uv.lock").write_text(text[: len(text) * 2 // 3].rsplit("\n[[package]]", 1)[0] + "\n")
+    _rehash(lock)
+
+
+def _record(lock: Path, data: object) -> None:
+    (lock / "envbuilder.lock.json").write_text(json.dumps(data))
+
+
+def _edit_record(lock: Path, **fields: object) -> None:
+    rec = json.loads((lock / "envbuilder.lock.json").read_text())
+    rec.update(fields)
+    (lock / "envbuilder.lock.json").write_text(json.dumps(rec, indent=2, sort_keys=True) + "\n")
+
+
+def _cert(k: Kit, **fields: object) -> Path:
+    rec = json.loads((k.lock / "envbuilder.lock.json").read_text())
+    checks = [{"name": "drift", "status": "pass"}, {"name": "imports", "status": "pass"}]
+    cert = {"schema": 1, "status": "pass", "level": 0, "lock_sha256": rec["lock_sha256"], "row": "smoke",
+            "checks": checks, "summary": {"pass": 2, "fail": 0}, "artifact": {"kind": "venv"}}
+    cert.update(fields)
+    path = k.tmp / "certificate.json"
+    path.write_text(json.dumps(cert))
+    return path
+
+
+def _pem(k: Kit) -> Path:
+    p = k.tmp / "ca.txt"
+    p.write_text("this is not a certificate\n")
+    return p
+
+
+def _foreign(k: Kit) -> Path:
+    d = k.tmp / "mine"
+    d.mkdir()
+    (d / "thesis.tex").write_text("years of work\n")
+    return d
+
+
+def _squashfs(k: Kit, comp: str = "gzip") -> Path:
+    src = k.tmp / "rootfs"
+    (src / "etc").mkdir(parents=True, exist_ok=True)
+    (src / "etc" / "hello").write_text("hello\n")
+    out = k.tmp / f"img-{comp}.sqsh"
+    subprocess.run(["mksquashfs", str(src), str(out), "-comp", comp, "-quiet", "-noappend", "-no-progress"],
+                   check=True, capture_output=True)
+    return out
+
+
+_SB = struct.Struct("<4sIIIIHHHHHHQQQQQQQQ")
+
+
+def _damage_sb(k: Kit, comp: str, index: int, value: int) -> Path:
+    img = _squashfs(k, comp)
+    raw = bytearray(img.read_bytes())
+    fields = list(_SB.unpack(raw[:96]))
+    fields[index] = value
+    raw[:96] = _SB.pack(*fields)
+    img.write_bytes(bytes(raw))
+    return img
+
+
+def _damage_inodes(k: Kit, comp: str, at: int, data: bytes) -> Path:
+    img = _squashfs(k, comp)
+    raw = bytearray(img.read_bytes())
+    start = _SB.unpack(raw[:96])[15]
+    raw[start + at: start + at + len(data)] = data
+    img.write_bytes(bytes(raw))
+    return img
+
+
+def _lock(*extra: str) -> list[str]:
+    return [*OFFLINE_LOCK_ARGS, *extra]
+
+
+# --- the corpus ---------------------------------------------------------------------------------
+# id -> (setup returning the case, exit code, a piece of the cause)
+
+CASES: dict[str, tuple[Callable[[Kit], Case], int, str]] = {
+    # lock: inputs checked before any uv lock
+    "lock-glibc-garbage": (lambda k: Case(_lock("--glibc", "xyz", "-o", str(k.lock)), [k.lock]), 18, "--glibc 'xyz'"),
+    "lock-glibc-1.0": (lambda k: Case(_lock("--glibc", "1.0", "-o", str(k.lock)), [k.lock]), 18, "--glibc '1.0'"),
+    "lock-find-links-missing": (lambda k: Case(_lock("--find-links", "/nonexistent", "-o", str(k.lock)), [k.lock]),
+                                18, "--find-links /nonexistent"),
+    "lock-ca-bundle-not-pem": (lambda k: Case(_lock("--ca-bundle", str(_pem(k)), "-o", str(k.lock)), [k.lock]),
+                               33, "no PEM certificate"),
+    "lock-ca-bundle-missing": (lambda k: Case(_lock("--ca-bundle", "/nonexistent.pem")), 2, "does not exist"),
+    "lock-o-proc": (lambda k: Case(_lock("-o", "/proc/x")), 76, "/proc/x"),
+    "lock-o-is-file": (lambda k: Case(_lock("-o", str(k.lock / "NOTES.md")), [k.lock]), 41, "not a directory"),
+    "lock-o-foreign-dir": (lambda k: Case(_lock("-o", str(_foreign(k))), [k.tmp / "mine"]), 72,
+                           "not an envbuilder lock directory"),
+    "lock-o-dangling-symlink": (lambda k: Case(_lock("-o", str(_dangling(k)))), 41, "dangling symlink"),
+    "lock-o-root": (lambda k: Case(_lock("-o", "/")), 41, "filesystem root"),
+    "lock-set-twice": (lambda k: Case(["lock", "--nemo", "smoke", "--no-detect", "--set", "torch==2.7.0",
+                                       "--set", "torch==2.6.0"]), 12, "disagree"),
+    "lock-set-twice-normalised": (lambda k: Case(["lock", "--nemo", "smoke", "--no-detect", "--set",
+                                                  "Causal_Conv1d==1", "--set", "causal-conv1d==2"]), 12, "disagree"),
+    "lock-sm-nonexistent": (lambda k: Case(["lock", "--nemo", "smoke", "--sm", "12.5"]), 75, "--sm 12.5"),
+    "lock-sm-too-new-for-cuda": (lambda k: Case(["lock", "--nemo", "v2.3.0", "--sm", "10.3", "-o",
+                                                 str(k.tmp / "new")]), 75, "cannot compile for sm_103"),
+    "lock-sm-syntax": (lambda k: Case(["lock", "--nemo", "smoke", "--sm", "nine"]), 18, "not a compute capability"),
+    "lock-unknown-tag": (lambda k: Case(["lock", "--nemo", "v9.9.9", "--no-detect"]), 10, "unknown NeMo tag"),
+    "lock-unmanaged-package": (lambda k: Case(["lock", "--nemo", "smoke", "--no-detect", "--set", "numpy==2"]), 13,
+                               "does not manage"),
+    "lock-set-syntax": (lambda k: Case(["lock", "--nemo", "smoke", "--no-detect", "--set", "flash-attn>2"]), 18,
+                        "not NAME==VERSION"),
+    "lock-python-outside": (lambda k: Case(["lock", "--nemo", "smoke", "--no-detect", "--python", "3.10"]), 12,
+                            "Python 3.10 is outside"),
+    "lock-driver-syntax": (lambda k: Case(["lock", "--nemo", "smoke", "--driver", "abc"]), 18,
+                           "not a driver version"),
+    "lock-check-stale": (lambda k: Case(_lock("--glibc", "2.36", "--check", "-o", str(k.lock)), [k.lock]), 16,
+                         "files that would change: envbuilder.lock.json"),
+    "lock-uv-unsatisfiable": (lambda k: Case(["lock", "--nemo", "smoke", "--no-detect", "--set",
+                                              "causal-conv1d==none", "--set", "torch==2.12.0", "-o", str(k.lock)],
+                                             [k.lock]), 14, "uv lock failed"),
+    "lock-no-wait-busy": (lambda k: Case(_lock("--no-wait", "-o", str(_held(k))), [k.lock]), 71,
+                          "another envbuilder run is writing"),
+    # build: every flag before the engine is asked for anything
+    "build-jobs-zero": (lambda k: Case(["build", str(k.lock), "--jobs", "0"], [k.lock]), 18, "--jobs 0"),
+    "build-jobs-negative": (lambda k: Case(["build", str(k.lock), "--jobs", "-3"], [k.lock]), 18, "--jobs -3"),
+    "build-arch-junk": (lambda k: Case(["build", str(k.lock), "--arch-list", "junk"], [k.lock]), 18,
+                        "not a CUDA arch"),
+    "build-ca-not-pem": (lambda k: Case(["build", str(k.lock), "--ca-bundle", str(_pem(k))], [k.lock]), 33,
+                         "no PEM certificate"),
+    "build-secret-syntax": (lambda k: Case(["build", str(k.lock), "--secret", "nonsense"], [k.lock]), 33, "secret"),
+    "build-lock-sha-zero": (lambda k: _with(k, lambda: _edit_record(k.lock, lock_sha256="0" * 64),
+                                            ["build", str(k.lock)]), 19, "lock_sha256 000000000000"),
+    "build-record-array": (lambda k: _with(k, lambda: _record(k.lock, []), ["build", str(k.lock)]), 19,
+                           "not a JSON object"),
+    "build-record-empty-object": (lambda k: _with(k, lambda: _record(k.lock, {}), ["build", str(k.lock)]), 120,
+                                  "schema None"),
+    "build-record-not-json": (lambda k: _with(k, lambda: (k.lock / "envbuilder.lock.json").write_text("{oops"),
+                                              ["build", str(k.lock)]), 19, "not valid JSON"),
+    "build-record-binary": (lambda k: _with(k, lambda: (k.lock / "envbuilder.lock.json").write_bytes(b"\xff\xfe\x00"),
+                                            ["build", str(k.lock)]), 73, "not UTF-8"),
+    "build-uv-lock-truncated-rehashed": (lambda k: _with(k, lambda: _truncate_uv_lock(k.lock),
+                                                         ["build", str(k.lock)]), 73, "uv.lock"),
+    "build-uv-lock-edited": (lambda k: _with(k, lambda: (k.lock / "uv.lock").write_text("edited\n"),
+                                             ["build", str(k.lock)]), 19, "changed after locking"),
+    "build-missing-dir": (lambda k: Case(["build", str(k.tmp / "nowhere")]), 19, "is not a directory"),
+    "build-mode-mismatch": (lambda k: Case(["build", str(k.lock), "--mode", "ngc-base"], [k.lock]), 18,
+                            "--mode ngc-base"),
+    # verify-cert: every binding recomputed, every field schema-checked
+    "verify-random-bytes": (lambda k: _with(k, lambda: (k.tmp / "c.json").write_bytes(os.urandom(256)),
+                                            ["verify-cert", str(k.tmp / "c.json"), "--lock", str(k.lock)]),
+                            73, "not a JSON certificate"),
+    "verify-checks-not-list": (lambda k: Case(["verify-cert", str(_cert(k, checks={"a": 1})), "--lock",
+                                               str(k.lock)], [k.lock]), 73, "'checks' is not a list"),
+    "verify-cert-array": (lambda k: _with(k, lambda: (k.tmp / "c.json").write_text("[1, 2]"),
+                                          ["verify-cert", str(k.tmp / "c.json"), "--lock", str(k.lock)]),
+                          73, "not a certificate object"),
+    "verify-cert-missing-field": (lambda k: Case(["verify-cert", str(_cert(k, lock_sha256=None)), "--lock",
+                                                  str(k.lock)], [k.lock]), 73, "'lock_sha256'"),
+    "verify-other-lock": (lambda k: Case(["verify-cert", str(_cert(k, lock_sha256="a" * 64)), "--lock",
+                                          str(k.lock)], [k.lock]), 51, "certificate is for lock aaaaaaaaaaaa"),
+    "verify-record-hash-forged": (lambda k: _forged(k), 19, "is not the sha256 of uv.lock"),
+    "verify-status-disagrees": (lambda k: Case(["verify-cert", str(_cert(k, checks=[
+        {"name": "drift", "status": "fail"}])), "--lock", str(k.lock)], [k.lock]), 51, "status does not agree"),
+    "verify-summary-forged": (lambda k: Case(["verify-cert", str(_cert(k, summary={"pass": 9, "fail": 0})),
+                                              "--lock", str(k.lock)], [k.lock]), 51, "summary does not agree"),
+    "verify-failed-cert": (lambda k: Case(["verify-cert", str(_cert(k, status="fail", checks=[
+        {"name": "drift", "status": "fail"}], summary={"fail": 1})), "--lock", str(k.lock)], [k.lock]), 50,
+        "records failed checks"),
+    "verify-cert-missing": (lambda k: Case(["verify-cert", str(k.tmp / "none.json"), "--lock", str(k.lock)]), 41,
+                            "cannot read"),
+    "verify-record-array": (lambda k: _with(k, lambda: _record(k.lock, [1]), ["verify-cert", str(_cert(k)),
+                                                                               "--lock", str(k.lock)]), 19,
+                            "not a JSON object"),
+    "verify-uv-lock-truncated": (lambda k: _with(k, lambda: _truncate_uv_lock(k.lock),
+                                                 ["verify-cert", str(_cert(k)), "--lock", str(k.lock)]), 73,
+                                 "uv.lock"),
+    # certify: refused before anything runs
+    "certify-only-bogus": (lambda k: Case(["certify", "--venv", sys.prefix, "--only", "bogus"]), 2, "bogus"),
+    "certify-o-foreign": (lambda k: Case(["certify", "--venv", sys.prefix, "--lock", str(k.lock), "-o",
+                                          str(_foreign(k))], [k.tmp / "mine", k.lock]), 72,
+                          "not a certificate directory"),
+    "certify-o-lock-dir": (lambda k: Case(["certify", "--venv", sys.prefix, "--level", "0", "-o", str(k.lock)],
+                                          [k.lock]), 72, "not a certificate directory"),
+    "certify-lock-and-expect": (lambda k: Case(["certify", "--venv", sys.prefix, "--lock", str(k.lock),
+                                                "--expect", str(_pem(k))], [k.lock]), 18, "alternatives"),
+    "certify-two-targets": (lambda k: Case(["certify", "--venv", sys.prefix, "--in-place"]), 18, "exactly one"),
+    "certify-expect-not-json": (lambda k: Case(["certify", "--venv", sys.prefix, "--level", "0", "--expect",
+                                                str(_pem(k))]), 73, "not readable JSON"),
+    "certify-expect-array": (lambda k: _with(k, lambda: (k.tmp / "e.json").write_text("[]"),
+                                             ["certify", "--venv", sys.prefix, "--level", "0", "--expect",
+                                              str(k.tmp / "e.json")]), 73, "not an object"),
+    "certify-expect-schema": (lambda k: _with(k, lambda: (k.tmp / "e.json").write_text('{"schema": 99}'),
+                                              ["certify", "--venv", sys.prefix, "--level", "0", "--expect",
+                                               str(k.tmp / "e.json")]), 73, "schema 99"),
+    "certify-record-empty-object": (lambda k: _with(k, lambda: _record(k.lock, {}),
+                                                    ["certify", "--venv", sys.prefix, "--level", "0", "--lock",
+                                                     str(k.lock)]), 120, "schema None"),
+    "certify-record-array": (lambda k: _with(k, lambda: _record(k.lock, []),
+                                             ["certify", "--venv", sys.prefix, "--level", "0", "--lock",
+                                              str(k.lock)]), 19, "not a JSON object"),
+    "certify-uv-lock-truncated": (lambda k: _with(k, lambda: _truncate_uv_lock(k.lock),
+                                                  ["certify", "--venv", sys.prefix, "--level", "0", "--lock",
+                                                   str(k.lock)]), 73, "uv.lock"),
+    "certify-zero-checks": (lambda k: Case(["certify", "--venv", sys.prefix, "--level", "0"]), 50, "no check ran"),
+    # export / inspect
+    "export-squash-options-quote": (lambda k: Case(["export", "img", "-o", str(k.tmp / "x.sqsh"),
+                                                    "--squash-options", "'x"]), 18, "No closing quotation"),
+    "export-squash-options-refused": (lambda k: Case(["export", "img", "-o", str(k.tmp / "x.sqsh"),
+                                                      "--squash-options", "-append"]), 18, "may not contain"),
+    "export-empty-image": (lambda k: Case(["export", "", "-o", str(k.tmp / "x.sqsh")]), 18, "IMAGE is empty"),
+    "export-o-is-dir": (lambda k: Case(["export", "img", "--format", "sqsh", "-o", str(k.lock)], [k.lock]), 41,
+                        "is a directory"),
+    "export-o-parent-missing": (lambda k: Case(["export", "img", "-o", str(k.tmp / "no" / "x.sqsh")]), 41,
+                                "does not exist"),
+    "export-o-unknown-suffix": (lambda k: Case(["export", "img", "-o", str(k.tmp / "x.bin")]), 18,
+                                "cannot tell the format"),
+    "inspect-random-bytes": (lambda k: _with(k, lambda: (k.tmp / "r.sqsh").write_bytes(os.urandom(4096)),
+                                             ["inspect", str(k.tmp / "r.sqsh")]), 44, "neither a SIF"),
+    "inspect-empty": (lambda k: _with(k, lambda: (k.tmp / "e.sqsh").write_bytes(b""),
+                                      ["inspect", str(k.tmp / "e.sqsh")]), 44, "truncated"),
+    "inspect-missing": (lambda k: Case(["inspect", str(k.tmp / "none.sqsh")]), 41, "is not a file"),
+    "inspect-inode-table-past-end": (lambda k: Case(["inspect", str(_damage_sb(k, "gzip", 15, 10**9))]), 44,
+                                     "inode_table_start 1000000000 lies outside"),
+    "inspect-directory-table-past-end": (lambda k: Case(["inspect", str(_damage_sb(k, "lzo", 16, 1 << 40))]), 44,
+                                         "directory_table_start"),
+    "inspect-bad-block-size": (lambda k: Case(["inspect", str(_damage_sb(k, "gzip", 3, 12345))]), 44,
+                               "block size 12345"),
+    "inspect-unknown-compressor": (lambda k: Case(["inspect", str(_damage_sb(k, "gzip", 5, 77))]), 44,
+                                   "unknown compressor id 77"),
+    "inspect-zero-inodes": (lambda k: Case(["inspect", str(_damage_sb(k, "gzip", 1, 0))]), 44, "0 inodes"),
+    "inspect-inode-header-overwritten": (lambda k: Case(["inspect", str(_damage_inodes(k, "lzo", 0, b"\xff" * 8))]),
+                                         44, "first block header"),
+    "inspect-inode-body-overwritten-gzip": (lambda k: Case(["inspect", str(_damage_inodes(k, "gzip", 2,
+                                                                                          b"\x00" * 30))]),
+                                            44, "does not decompress"),
+    "inspect-inode-body-overwritten-lzo": (lambda k: Case(["inspect", str(_damage_inodes(k, "lzo", 2,
+                                                                                        b"\x00" * 30))]),
+                                           44, "cannot read the filesystem"),
+    # doctor / check-parallel
+    "doctor-sm-nonexistent": (lambda k: Case(["doctor", "--sm", "12.5"]), 75, "--sm 12.5"),
+    "doctor-sm-syntax": (lambda k: Case(["doctor", "--sm", "abc"]), 18, "not a compute capability"),
+    "doctor-gpus-zero": (lambda k: Case(["doctor", "--gpus", "0"]), 18, "at least one GPU"),
+    "doctor-unknown-gpu": (lambda k: Case(["doctor", "--gpu", "NOPE-9000"]), 24, "NOPE-9000"),
+    "parallel-memory-nan": (lambda k: Case(["check-parallel", "--from-nemo-recipe", "llama3_8b", "--gpus-per-node",
+                                            "8", "--gpu-memory-gib", "nan", "--json"]), 22, "not a finite number"),
+    "parallel-memory-inf": (lambda k: Case(["check-parallel", "--from-nemo-recipe", "llama3_8b", "--gpus-per-node",
+                                            "8", "--gpu-memory-gib", "inf"]), 22, "not a finite number"),
+    "parallel-memory-negative": (lambda k: Case(["check-parallel", "--from-nemo-recipe", "llama3_8b",
+                                                 "--gpus-per-node", "8", "--gpu-memory-gib", "-1"]), 22,
+                                 "must be positive"),
+    "parallel-unknown-recipe": (lambda k: Case(["check-parallel", "--from-nemo-recipe", "nope"]), 23, "nope"),
+}
+
+
+def _with(k: Kit, damage: Callable[[], object], args: list[str]) -> Case:
+    """Damage first, then snapshot: the damaged state is what must survive the failed run."""
+    damage()
+    return Case(args, [k.lock, k.tmp])
+
+
+def _dangling(k: Kit) -> Path:
+    link = k.tmp / "dangling"
+    link.symlink_to(k.tmp / "gone")
+    return link
+
+
+_HELD: list[int] = []
+
+
+def _held(k: Kit) -> Path:
+    """The lock directory, locked by 'another run' (this test process holds its flock)."""
+    fd = os.open(k.lock, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    _HELD.append(fd)
+    return k.lock
+
+
+def _forged(k: Kit) -> Case:
+    """Point the record's lock_sha256 at another lock's hash, and certify for that hash."""
+    other = "b" * 64
+    _edit_record(k.lock, lock_sha256=other)
+    cert = _cert(k, lock_sha256=other)
+    return Case(["verify-cert", str(cert), "--lock", str(k.lock)], [k.lock, k.tmp])
+
+
+@pytest.fixture(autouse=True)
+def _release_held() -> Iterator[None]:
+    yield
+    while _HELD:
+        os.close(_HELD.pop())
+
+
+def test_corpus_is_large_enough() -> None:
+    assert len(CASES) >= 60
+
+
+@pytest.mark.parametrize("case_id", sorted(CASES))
+def test_fault(case_id: str, kit: Kit) -> None:
+    setup, code, needle = CASES[case_id]
+    case = setup(kit)
+    watched = case.watch or [kit.lock]
+    before = snapshot(*watched)
+    res = run_cli(case.args)
+    assert res.code == code, f"exit {res.code}, want {code}\n{res.err}"
+    assert "Traceback" not in res.err + res.out
+    lines = [ln for ln in res.err.splitlines() if ln.strip() and not ln.startswith("  | ")]
+    if code == 2:  # click's usage error: "Error: ..." and a "Try ... for help." line
+        assert any(ln.startswith("Error:") and needle in ln for ln in lines), res.err
+        assert any(ln.startswith("Try ") for ln in lines), res.err
+    else:
+        errors = [ln for ln in lines if ln.startswith("error: ")]
+        assert len(errors) == 1 and needle in errors[0], res.err
+        idx = lines.index(errors[0])
+        assert lines[idx + 1].startswith("  fix: ") and len(lines[idx + 1]) > len("  fix: ") + 5, res.err
+    after = snapshot(*watched)
+    assert after == before, "a failed run changed the user's files"
+
+
+def test_uv_failure_shows_the_log_and_where_it_is(kit: Kit) -> None:
+    res = run_cli(["lock", "--nemo", "smoke", "--no-detect", "--set", "causal-conv1d==none", "--set",
+                   "torch==2.12.0", "-o", str(kit.tmp / "new")])
+    assert res.code == 14
+    tail = [ln for ln in res.err.splitlines() if ln.startswith("  | ")]
+    assert 0 < len(tail) <= 20 and any("torch" in ln for ln in tail)
+    fix = next(ln for ln in res.err.splitlines() if ln.startswith("  fix: "))
+    log = fix.split("whole log is in ", 1)[1].split(";", 1)[0] if "whole log is in" in fix else None
+    if log is not None:
+        assert Path(log).is_file() and "torch" in Path(log).read_text()
+        os.unlink(log)
+    assert not (kit.tmp / "new").exists(), "a failed first lock leaves no empty directory behind"
+
+
+def test_network_error_names_the_index_and_proxy(kit: Kit, monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("UV_NO_INDEX", "UV_FIND_LINKS", "UV_OFFLINE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("UV_DEFAULT_INDEX", "http://127.0.0.1:9/simple")
+    monkeypatch.setenv("UV_CACHE_DIR", str(kit.tmp / "empty-cache"))
+    monkeypatch.setenv("UV_HTTP_RETRIES", "0")
+    monkeypatch.setenv("HTTPS_PROXY", "http://user:secret@proxy.invalid:3128")
+    before = snapshot(kit.lock)
+    res = run_cli(_lock("-o", str(kit.lock)))
+    assert res.code == 15, res.err
+    err = next(ln for ln in res.err.splitlines() if ln.startswith("error: "))
+    assert "http://127.0.0.1:9/simple" in err and "via proxy http://***@proxy.invalid:3128" in err
+    assert "secret" not in res.err
+    assert snapshot(kit.lock) == before
+
+
+def test_disk_full_while_writing_the_record(kit: Kit, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full disk cannot be made here without root: the one write is made to fail with ENOSPC."""
+    from envbuilder.lock import pipeline
+
+    real = pipeline.write_atomic
+
+    def full(path: Path, data: bytes | str, mode: int = 0o644) -> None:
+        if Path(path).name == "envbuilder.lock.json":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(path, data, mode)
+
+    monkeypatch.setattr(pipeline, "write_atomic", full)
+    before = snapshot(kit.lock)
+    res = run_cli(_lock("--glibc", "2.36", "-o", str(kit.lock)))
+    assert res.code == 74, res.err
+    assert "is full" in res.err and "fix:" in res.err and "Traceback" not in res.err
+    assert snapshot(kit.lock) == before
+    assert not [p for p in kit.tmp.iterdir() if ".staging." in p.name]
+
+
+def test_stale_check_keeps_the_users_flags_in_its_fix(kit: Kit) -> None:
+    res = run_cli(_lock("--glibc", "2.36", "--check", "-o", str(kit.lock)))
+    assert res.code == 16
+    fix = next(ln for ln in res.err.splitlines() if ln.startswith("  fix: "))
+    assert "--glibc 2.36" in fix and "--check" not in fix and "causal-conv1d==none" in fix
+
+
+def test_doctor_excludes_rows_whose_cuda_cannot_compile_for_the_sm() -> None:
+    res = run_cli(["doctor", "--sm", "12.1", "--driver", "580.65.06", "--json"])
+    assert res.code == 0, res.err
+    rows = {r["tag"]: r for r in json.loads(res.out)["rows"]}
+    v200 = rows["v2.0.0"]  # CUDA 12.1: nvcc 12.1 targets 5.0..9.0
+    assert v200["status"] == "excluded" and any("cannot compile for sm_121" in r for r in v200["reasons"])
+    assert "v2.0.0" not in json.loads(res.out)["runnable"]
