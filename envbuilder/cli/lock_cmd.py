@@ -24,7 +24,7 @@ def _relock_command(out: Path) -> str:
     ctx = click.get_current_context()
     words = ["envbuilder", "lock"]
     for param in ctx.command.params:
-        if not isinstance(param, click.Option) or param.name in ("check", "as_json", "no_wait", "output"):
+        if not isinstance(param, click.Option) or param.name in ("check", "as_json", "no_wait", "output", "timings"):
             continue
         value = ctx.params.get(param.name or "")
         if value == param.default or value in (None, (), False):
