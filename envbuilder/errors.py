@@ -263,7 +263,76 @@ class CertifyEnvironmentError(EnvbuilderError):
 
 
 # --- 60-69: kernels, wheelhouse, bundle, install -----------------------------
-# (this section's classes go here)
+
+
+class KernelBuildError(EnvbuilderError):
+    """wheels: a stage-2 package's wheel build failed; details carry the log tail."""
+
+    exit_code = 60
+    kind = "kernel-build-failed"
+
+
+class ArchMismatchError(EnvbuilderError):
+    """wheels: a built .so holds other GPU architectures than --arch-list asked for."""
+
+    exit_code = 61
+    kind = "arch-mismatch"
+
+
+class NoCudaSourcesError(EnvbuilderError):
+    """wheels: a stage-2 pin's sdist ships no CUDA sources, so its wheel would have no kernels."""
+
+    exit_code = 62
+    kind = "no-cuda-sources"
+
+
+class BuildTorchError(EnvbuilderError):
+    """wheels / lock --mode host-torch: the interpreter to build against has no usable torch."""
+
+    exit_code = 63
+    kind = "build-torch"
+
+
+class CudaToolkitError(EnvbuilderError):
+    """wheels: no nvcc / cuobjdump to compile or check CUDA code."""
+
+    exit_code = 64
+    kind = "cuda-toolkit"
+
+
+class HashMismatchError(EnvbuilderError):
+    """bundle / install: a file or part does not have the sha256 its manifest or uv.lock names."""
+
+    exit_code = 65
+    kind = "hash-mismatch"
+
+
+class BundlePartMissingError(EnvbuilderError):
+    """install: a part of a split bundle (or a file of the bundle) is missing."""
+
+    exit_code = 66
+    kind = "bundle-part-missing"
+
+
+class BundleInvalidError(EnvbuilderError):
+    """install: the path is not an envbuilder bundle, or its manifest is unreadable."""
+
+    exit_code = 67
+    kind = "bundle-invalid"
+
+
+class OfflineInstallError(EnvbuilderError):
+    """install: uv could not install the bundle offline; nothing was installed."""
+
+    exit_code = 68
+    kind = "offline-install-failed"
+
+
+class HostTorchRangeError(EnvbuilderError):
+    """lock --mode host-torch: the interpreter's torch is outside the row's range."""
+
+    exit_code = 69
+    kind = "host-torch-range"
 
 
 # --- 71-79: reliability: signals, output directories, concurrency, disk ------

@@ -39,6 +39,9 @@ COMMANDS: dict[str, str] = {
     "report": "envbuilder.cli.report_cmd:report",
     "sbom": "envbuilder.cli.sbom_cmd:sbom",
     "nightly": "envbuilder.cli.nightly_cmd:nightly",
+    "wheels": "envbuilder.cli.wheels_cmd:wheels",
+    "bundle": "envbuilder.cli.bundle_cmd:bundle",
+    "install": "envbuilder.cli.bundle_cmd:install",
 }
 
 

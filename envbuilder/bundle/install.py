@@ -1,0 +1,175 @@
+"""`envbuilder install BUNDLE --venv DIR`: install a bundle with no package index, all or nothing.
+
+1. parts (if split): every part present with its sha256, then reassembled into a temp directory;
+2. every file of the manifest checked against its sha256 (and the lock's own record);
+3. a relocatable venv made in a staging directory beside DIR (`--system-site-packages` keeps a
+   host torch visible), then `uv pip install --offline --no-index --find-links files/ --no-deps
+   --require-hashes` of exactly what `uv export --frozen` lists, and the stage-2 wheels from the
+   bundle's (or a given) wheelhouse;
+4. the staging venv replaces DIR in one swap. Any failure leaves DIR as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from envbuilder.atomic import promote_dir, staging_dir, write_atomic
+from envbuilder.bundle.parts import PARTS_INDEX, extract_parts, read_index, verify_parts
+from envbuilder.bundle.pipeline import MANIFEST
+from envbuilder.bundle.plan import export_requirements
+from envbuilder.errors import BundleInvalidError, BundlePartMissingError, OfflineInstallError, OutputPathError
+from envbuilder.kernels import read_wheelhouse
+from envbuilder.kernels.files import verify
+from envbuilder.lock.record import read_record
+from envbuilder.lock.uvrun import uv_binary, uv_env
+
+Progress = Callable[[str], None]
+INSTALL_RECORD = "envbuilder-install.json"
+# every route to a network: install must never need one, and a test proves it by blocking them
+OFFLINE_ENV = {"UV_OFFLINE": "1", "UV_NO_INDEX": "1", "UV_PYTHON_DOWNLOADS": "never"}
+
+
+@dataclass
+class InstallOptions:
+    bundle: Path
+    venv: Path
+    python: str | None = None             # interpreter for the venv (default: the lock's target Python)
+    system_site_packages: bool = False
+    wheelhouse: Path | None = None        # stage-2 wheels built elsewhere (overrides the bundle's)
+    skip_stage2: bool = False
+
+
+@dataclass
+class InstallResult:
+    venv: Path
+    lock_sha256: str
+    packages: int
+    stage2: list[str]
+    stage2_missing: list[str]
+    seconds: float
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"venv": str(self.venv), "lock_sha256": self.lock_sha256, "packages": self.packages,
+                "stage2": self.stage2, "stage2_missing": self.stage2_missing, "seconds": round(self.seconds, 3),
+                "timings": {k: round(v, 3) for k, v in sorted(self.timings.items())}}
+
+
+def _check_target(venv: Path) -> None:
+    if venv.exists() and not venv.is_dir():
+        raise OutputPathError(f"{venv} exists and is not a directory", "choose another --venv path")
+    if venv.is_dir() and any(venv.iterdir()) and not (venv / INSTALL_RECORD).exists():
+        raise OutputPathError(f"{venv} is a non-empty directory that envbuilder did not install",
+                              "choose a new or empty --venv path")
+
+
+def verify_tree(tree: Path) -> dict[str, Any]:
+    """The manifest, after checking every file it lists; typed errors name the first problems."""
+    try:
+        manifest: dict[str, Any] = json.loads((tree / MANIFEST).read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise BundleInvalidError(f"{tree} is not an envbuilder bundle (no {MANIFEST} or {PARTS_INDEX})",
+                                 "pass the directory `envbuilder bundle -o` wrote") from exc
+    except json.JSONDecodeError as exc:
+        raise BundleInvalidError(f"{tree / MANIFEST} is not valid JSON", "copy the bundle again") from exc
+    files = manifest.get("files", {})
+    missing = sorted(rel for rel in files if not (tree / rel).is_file())
+    if missing:
+        raise BundlePartMissingError(f"{len(missing)} bundle file(s) missing: {', '.join(missing[:5])}",
+                                     "copy the whole bundle directory again", missing=missing)
+    for rel, entry in sorted(files.items()):
+        verify(tree / rel, entry["sha256"], f"bundle file {rel}")
+    read_record(tree / "lock")  # the lock's own hashes (pyproject, uv.lock, lock-dir wheels)
+    return manifest
+
+
+def _run(cmd: list[str], cwd: Path, env: dict[str, str], what: str) -> None:
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+        head = next((ln for ln in lines if ln.startswith("error:")), lines[-1] if lines else f"exit {proc.returncode}")
+        causes = [ln.strip() for ln in lines if ln.strip().startswith("cause:")]
+        cause = head.removeprefix("error: ") + (f" ({causes[-1]})" if causes else "")
+        raise OfflineInstallError(f"{what} failed: {cause}",
+                                  "nothing was installed; a package the lock needs is missing from the bundle "
+                                  "(re-make it with envbuilder bundle) or the interpreter does not match the lock",
+                                  log_tail=lines[-20:])
+
+
+def _wheelhouse_lines(wh: Path, stage2: list[str]) -> tuple[list[str], list[str]]:
+    rec = read_wheelhouse(wh)
+    lines, have = [], set()
+    for pkg in rec.get("packages", []):
+        whl = wh / pkg["wheel"]
+        verify(whl, pkg["sha256"], f"wheelhouse {pkg['wheel']}")
+        lines.append(f"{whl.resolve()} --hash=sha256:{pkg['sha256']}")
+        have.add(pkg["name"])
+    return lines, sorted(set(stage2) - have)
+
+
+def run_install(opts: InstallOptions, progress: Progress = lambda _: None) -> InstallResult:
+    t0 = time.monotonic()
+    timings: dict[str, float] = {}
+    bundle, venv = Path(opts.bundle).absolute(), Path(opts.venv).absolute()
+    _check_target(venv)
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".{venv.name}.bundle.", dir=venv.parent) as tmp:
+        if (bundle / PARTS_INDEX).is_file():
+            index = read_index(bundle)
+            progress(f"checking {len(index['parts'])} parts")
+            parts = verify_parts(bundle, index)
+            progress("reassembling the bundle")
+            tree = Path(tmp) / "bundle"
+            extract_parts(parts, tree)
+        else:
+            tree = bundle
+        timings["reassemble"] = time.monotonic() - t0
+        t = time.monotonic()
+        progress("verifying every file's sha256")
+        manifest = verify_tree(tree)
+        timings["verify"] = time.monotonic() - t
+        stage2 = list(manifest.get("stage2_packages", []))
+        python = opts.python or str(manifest["python"])
+        env = {**uv_env(None), **OFFLINE_ENV}
+        reqs = export_requirements(tree / "lock", ["compile"] if stage2 else [], no_emit=stage2)
+        wh = opts.wheelhouse or (tree / "wheelhouse" if (tree / "wheelhouse" / "wheelhouse.json").is_file() else None)
+        extra_lines: list[str] = []
+        missing = list(stage2)
+        if wh is not None and stage2 and not opts.skip_stage2:
+            extra_lines, missing = _wheelhouse_lines(wh, stage2)
+        req_file = Path(tmp) / "requirements.txt"
+        req_file.write_text(reqs + "".join(f"{ln}\n" for ln in extra_lines), encoding="utf-8")
+        with staging_dir(venv) as staging:
+            t = time.monotonic()
+            cmd = [uv_binary(), "venv", "--relocatable", "--python", python, "--no-project", str(staging / "v")]
+            if opts.system_site_packages:
+                cmd.insert(2, "--system-site-packages")
+            _run(cmd, tree, env, f"uv venv --python {python}")
+            progress(f"installing {sum(1 for ln in reqs.splitlines() if ln and not ln.startswith(' '))} "
+                     f"packages offline from {tree / 'files'}")
+            cmd = [uv_binary(), "pip", "install", "--offline", "--no-index", "--find-links", str(tree / "files"),
+                   "--no-deps", "--require-hashes", "--python", str(staging / "v" / "bin" / "python"),
+                   "-r", str(req_file)]
+            _run(cmd, tree / "lock", env, "uv pip install (offline)")
+            timings["install"] = time.monotonic() - t
+            installed = sorted(set(stage2) - set(missing))
+            write_atomic(staging / "v" / INSTALL_RECORD, json.dumps({
+                "lock_sha256": manifest["lock_sha256"], "row": manifest.get("row"), "python": python,
+                "system_site_packages": opts.system_site_packages, "stage2_installed": installed,
+                "stage2_missing": missing}, indent=2, sort_keys=True) + "\n")
+            shutil.copytree(tree / "lock", staging / "v" / "envbuilder-lock")
+            promote_dir(staging / "v", venv)
+    if missing:
+        progress(f"warning: stage-2 packages not installed (no wheel for them): {', '.join(missing)}; build them "
+                 f"with `envbuilder wheels` and re-run install with --wheelhouse")
+    n = sum(1 for ln in reqs.splitlines() if ln and not ln.startswith(" ")) + len(extra_lines)
+    return InstallResult(venv, manifest["lock_sha256"], n, sorted(set(stage2) - set(missing)), missing,
+                         time.monotonic() - t0, timings)

@@ -1,0 +1,153 @@
+"""`envbuilder bundle LOCKDIR -o BUNDLE`: an offline install kit for hosts without a package index.
+
+Layout (unsplit):
+    envbuilder-bundle.json   manifest: the lock, the target, every file with its sha256 and size
+    SHA256SUMS               the same hashes, for `sha256sum -c`
+    lock/                    pyproject.toml, uv.lock, envbuilder.lock.json, wheels/ (lock-dir wheels)
+    files/                   every index wheel / sdist the target installs, checked against uv.lock
+    wheelhouse/              (with --wheelhouse) the stage-2 wheels and their wheelhouse.json
+With --split SIZE the same tree is one deterministic tar cut into bundle.tar.NNN parts plus
+envbuilder-bundle.parts.json. Written in a staging directory and swapped in at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from envbuilder.atomic import promote_dir, staging_dir, write_atomic
+from envbuilder.bundle.parts import PARTS_INDEX, write_parts
+from envbuilder.bundle.plan import LOCK_FILES, PlannedFile, plan_files
+from envbuilder.errors import InvalidOptionError, OutputPathError
+from envbuilder.kernels import read_wheelhouse
+from envbuilder.kernels.files import cache_root, fetch, link_or_copy, verify
+from envbuilder.lock.record import read_record, sha256_file
+
+Progress = Callable[[str], None]
+MANIFEST = "envbuilder-bundle.json"
+SUMS = "SHA256SUMS"
+SCHEMA = 1
+
+
+@dataclass
+class BundleOptions:
+    lockdir: Path
+    output: Path
+    split: int | None = None
+    wheelhouse: Path | None = None
+    cache_dir: Path | None = None
+    ca_bundle: Path | None = None
+    jobs: int = 4
+
+
+@dataclass
+class BundleResult:
+    output: Path
+    lock_sha256: str
+    files: int
+    size: int
+    downloaded: int
+    parts: list[dict[str, Any]] | None
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"output": str(self.output), "lock_sha256": self.lock_sha256, "files": self.files, "bytes": self.size,
+                "downloaded": self.downloaded, "parts": self.parts, "seconds": round(self.seconds, 3)}
+
+
+def _check_output(out: Path) -> None:
+    if out.exists() and not out.is_dir():
+        raise OutputPathError(f"{out} exists and is not a directory", "choose another -o path")
+    if out.is_dir() and any(out.iterdir()) and not ((out / MANIFEST).exists() or (out / PARTS_INDEX).exists()):
+        raise OutputPathError(f"{out} is a non-empty directory that is not an envbuilder bundle",
+                              "choose a new or empty -o path")
+
+
+def _fetch_all(planned: list[PlannedFile], cache: Path, opts: BundleOptions, progress: Progress
+               ) -> tuple[dict[str, Path], int]:
+    done: dict[str, Path] = {}
+    downloaded = 0
+
+    def one(p: PlannedFile) -> tuple[PlannedFile, Path, bool]:
+        path, new = fetch(p.file, cache, opts.ca_bundle)
+        return p, path, new
+
+    with ThreadPoolExecutor(max_workers=max(1, opts.jobs)) as pool:
+        for i, (p, path, new) in enumerate(pool.map(one, planned), 1):
+            done[p.file.filename] = path
+            downloaded += int(new)
+            if new or i == len(planned):
+                progress(f"  [{i}/{len(planned)}] {'downloaded' if new else 'cached'} {p.file.filename}")
+    return done, downloaded
+
+
+def make_bundle(opts: BundleOptions, progress: Progress = lambda _: None) -> BundleResult:
+    t0 = time.monotonic()
+    lockdir = Path(opts.lockdir)
+    record = read_record(lockdir)
+    out = Path(opts.output)
+    _check_output(out)
+    python, glibc = str(record["target"]["python"]), str(record["target"].get("glibc") or "2.35")
+    stage2 = list(record.get("stage2_packages", []))
+    wh_record = None
+    if opts.wheelhouse is not None:
+        wh_record = read_wheelhouse(opts.wheelhouse)
+        if wh_record.get("lock_sha256") != record["lock_sha256"]:
+            raise InvalidOptionError(
+                f"--wheelhouse {opts.wheelhouse} was built for lock {str(wh_record.get('lock_sha256'))[:12]}, "
+                f"not {record['lock_sha256'][:12]}", f"rebuild it: envbuilder wheels {lockdir} -o {opts.wheelhouse}")
+    progress(f"planning the files lock {record['lock_sha256'][:12]} installs on Python {python}, glibc {glibc}")
+    planned = plan_files(lockdir, python, glibc, stage2)
+    cache = cache_root(opts.cache_dir)
+    fetched, downloaded = _fetch_all(planned, cache, opts, progress)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with staging_dir(out) as staging:
+        tree = staging / "tree" if opts.split else staging
+        tree.mkdir(parents=True, exist_ok=True)
+        for name in LOCK_FILES:
+            link_or_copy(lockdir / name, tree / "lock" / name)
+        for rel in sorted(record.get("local_wheels", {}).values()):
+            link_or_copy(lockdir / rel, tree / "lock" / rel)
+        entries: dict[str, dict[str, Any]] = {}
+        for p in planned:
+            src = fetched[p.file.filename]
+            verify(src, p.file.sha256, p.file.filename)  # the cache is trusted only after this
+            link_or_copy(src, tree / "files" / p.file.filename)
+        if opts.wheelhouse is not None and wh_record is not None:
+            for pkg in wh_record.get("packages", []):
+                whl = Path(opts.wheelhouse) / pkg["wheel"]
+                verify(whl, pkg["sha256"], f"wheelhouse {pkg['wheel']}")
+                link_or_copy(whl, tree / "wheelhouse" / pkg["wheel"])
+            link_or_copy(Path(opts.wheelhouse) / "wheelhouse.json", tree / "wheelhouse" / "wheelhouse.json")
+        for f in sorted(p for p in tree.rglob("*") if p.is_file()):
+            rel = f.relative_to(tree).as_posix()
+            entries[rel] = {"sha256": sha256_file(f), "size": f.stat().st_size}
+        manifest = {
+            "schema": SCHEMA, "lock_sha256": record["lock_sha256"], "row": record.get("row"),
+            "mode": record.get("mode"), "python": python, "glibc": glibc, "stage2_packages": stage2,
+            "wheelhouse": ({"arch_list": wh_record.get("arch_list"), "torch": wh_record.get("torch"),
+                            "wheels": [p["wheel"] for p in wh_record.get("packages", [])]} if wh_record else None),
+            "packages": [{"name": p.package, "version": p.version, "kind": p.kind, "file": p.file.filename}
+                         for p in planned],
+            "files": entries,
+        }
+        text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+        write_atomic(tree / MANIFEST, text)
+        write_atomic(tree / SUMS, "".join(f"{e['sha256']}  {rel}\n" for rel, e in sorted(entries.items())))
+        size = sum(e["size"] for e in entries.values())
+        parts = None
+        if opts.split:
+            progress(f"cutting {size / 1e6:.1f} MB into parts of {opts.split / 2**20:.0f} MiB")
+            index = write_parts(tree, staging, opts.split,
+                                {"lock_sha256": record["lock_sha256"], "manifest_sha256": sha256_file(tree / MANIFEST)},
+                                mtime=int(record.get("source_date_epoch") or 0))
+            shutil.rmtree(tree)
+            parts = index["parts"]
+        promote_dir(staging, out)
+    return BundleResult(out, record["lock_sha256"], len(entries), size, downloaded, parts, time.monotonic() - t0)

@@ -1,0 +1,60 @@
+"""`envbuilder bundle` and `envbuilder install`: an offline install kit and its all-or-nothing installer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from envbuilder.bundle import BundleOptions, InstallOptions, make_bundle, run_install
+from envbuilder.bundle.parts import parse_size
+from envbuilder.console import emit_json, stderr_console
+
+
+@click.command()
+@click.argument("lockdir", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="Bundle directory to write.")
+@click.option("--split", "split", default=None, metavar="SIZE",
+              help="Cut the bundle into parts of at most SIZE (e.g. 60M) for transfer limits.")
+@click.option("--wheelhouse", type=click.Path(path_type=Path, exists=True, file_okay=False), default=None,
+              help="Stage-2 wheels from `envbuilder wheels` to carry along.")
+@click.option("--cache-dir", type=click.Path(path_type=Path), default=None,
+              help="Download cache root (default ENVBUILDER_CACHE_DIR or ~/.cache/envbuilder).")
+@click.option("--ca-bundle", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
+              help="CA bundle for a TLS-intercepting proxy.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+def bundle(lockdir: Path, output: Path, split: str | None, wheelhouse: Path | None, cache_dir: Path | None,
+           ca_bundle: Path | None, as_json: bool) -> None:
+    """Collect everything LOCKDIR installs into an offline, hash-checked bundle."""
+    console = stderr_console()
+    opts = BundleOptions(lockdir=lockdir, output=output, split=parse_size(split) if split else None,
+                         wheelhouse=wheelhouse, cache_dir=cache_dir, ca_bundle=ca_bundle)
+    result = make_bundle(opts, progress=console.print)
+    where = f"{len(result.parts)} parts" if result.parts else "a directory"
+    console.print(f"[green]wrote[/green] {output}: {result.files} files, {result.size / 1e6:.1f} MB as {where} "
+                  f"({result.downloaded} downloaded, {result.seconds:.1f}s)")
+    if as_json:
+        emit_json(result.to_dict())
+
+
+@click.command()
+@click.argument("bundle_dir", metavar="BUNDLE", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.option("--venv", type=click.Path(path_type=Path), required=True, help="Virtualenv to create (or replace).")
+@click.option("--python", default=None, help="Interpreter for the venv (default: the lock's target Python).")
+@click.option("--system-site-packages", is_flag=True,
+              help="Let the venv see the interpreter's packages (a host torch: NGC, cluster modules).")
+@click.option("--wheelhouse", type=click.Path(path_type=Path, exists=True, file_okay=False), default=None,
+              help="Stage-2 wheels built on this host (default: the bundle's own wheelhouse, if any).")
+@click.option("--skip-stage2", is_flag=True, help="Install stage 1 and the stage-2 dependencies only.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+def install(bundle_dir: Path, venv: Path, python: str | None, system_site_packages: bool, wheelhouse: Path | None,
+            skip_stage2: bool, as_json: bool) -> None:
+    """Install a bundle into a venv with no network: verify every hash, all or nothing."""
+    console = stderr_console()
+    opts = InstallOptions(bundle=bundle_dir, venv=venv, python=python, system_site_packages=system_site_packages,
+                          wheelhouse=wheelhouse, skip_stage2=skip_stage2)
+    result = run_install(opts, progress=console.print)
+    console.print(f"[green]installed[/green] {result.packages} packages into {venv} in {result.seconds:.1f}s "
+                  f"(lock {result.lock_sha256[:12]})")
+    if as_json:
+        emit_json(result.to_dict())

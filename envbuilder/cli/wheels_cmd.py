@@ -1,0 +1,48 @@
+"""`envbuilder wheels LOCKDIR -o WHEELHOUSE`: build a lock's stage-2 packages into ABI-named wheels."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from envbuilder.console import emit_json, stderr_console
+from envbuilder.kernels import WheelsOptions, run_wheels
+from envbuilder.matrix import load_matrix
+
+
+@click.command()
+@click.argument("lockdir", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="Wheelhouse directory to write.")
+@click.option("--arch-list", default=None,
+              help="GPU archs, e.g. 9.0 or 8.0;9.0+PTX (default: the lock's host sm, else 8.0;8.6;8.9;9.0).")
+@click.option("--jobs", type=click.IntRange(min=1), default=None,
+              help="Parallel compile jobs (MAX_JOBS; default from cores and free RAM per package).")
+@click.option("--torch-from", type=click.Choice(["venv", "host"]), default="venv", show_default=True,
+              help="venv: a venv synced from the lock's stage 1; host: an existing interpreter with torch.")
+@click.option("--interpreter", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
+              help="With --torch-from host: the Python that has torch.")
+@click.option("--package", "packages", multiple=True, help="Build only this stage-2 package (repeatable).")
+@click.option("--cuda-home", type=click.Path(path_type=Path, exists=True, file_okay=False), default=None,
+              help="CUDA toolkit root (nvcc, cuobjdump); default CUDA_HOME / PATH.")
+@click.option("--cache-dir", type=click.Path(path_type=Path), default=None,
+              help="Cache root (default ENVBUILDER_CACHE_DIR or ~/.cache/envbuilder).")
+@click.option("--sdists", "sdist_dir", type=click.Path(path_type=Path, exists=True, file_okay=False), default=None,
+              help="Directory holding the locked sdists (e.g. a bundle's files/), for hosts without an index.")
+@click.option("--ca-bundle", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
+              help="CA bundle for a TLS-intercepting proxy.")
+@click.option("--json", "as_json", is_flag=True, help="Print the per-package report as JSON on stdout.")
+def wheels(lockdir: Path, output: Path, arch_list: str | None, jobs: int | None, torch_from: str,
+           interpreter: Path | None, packages: tuple[str, ...], cuda_home: Path | None, cache_dir: Path | None,
+           sdist_dir: Path | None, ca_bundle: Path | None, as_json: bool) -> None:
+    """Build every stage-2 package of LOCKDIR into a wheel (cached by ABI and arch list)."""
+    console = stderr_console()
+    opts = WheelsOptions(lockdir=lockdir, output=output, arch_list=arch_list, jobs=jobs, torch_from=torch_from,
+                         interpreter=interpreter, cache_dir=cache_dir, cuda_home=cuda_home, ca_bundle=ca_bundle,
+                         packages=list(packages), sdist_dir=sdist_dir)
+    result = run_wheels(opts, load_matrix(), progress=console.print)
+    for p in result.packages:
+        console.print(f"[green]{p.cache}[/green] {p.wheel} ({p.seconds:.1f}s, archs: {p.arch_check})")
+    console.print(f"wrote {output}: {len(result.packages)} wheel(s) in {result.seconds:.1f}s")
+    if as_json:
+        emit_json(result.to_dict())

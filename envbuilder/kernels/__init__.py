@@ -1,0 +1,5 @@
+"""Kernels: the stage-2 wheelhouse (arch handling, ABI-named wheels, a content-addressed cache)."""
+
+from envbuilder.kernels.pipeline import WheelsOptions, WheelsResult, read_wheelhouse, run_wheels
+
+__all__ = ["WheelsOptions", "WheelsResult", "read_wheelhouse", "run_wheels"]

@@ -1,0 +1,85 @@
+"""Download a file a lock names, once, into a content-addressed cache, checking its sha256.
+
+Files are streamed to disk (a CUDA torch wheel is ~900 MB) and land under
+`<cache>/files/<sha256>/<filename>` only once their hash matches, so a cache entry is always
+whole and right. Network failures become NetworkError, a wrong hash HashMismatchError.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import ssl
+import tempfile
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from envbuilder.errors import HashMismatchError, NetworkError
+from envbuilder.kernels.lockfiles import LockedFile
+from envbuilder.lock.record import sha256_file
+
+
+def cache_root(override: Path | None = None) -> Path:
+    """ENVBUILDER_CACHE_DIR, else $XDG_CACHE_HOME/envbuilder, else ~/.cache/envbuilder."""
+    if override is not None:
+        return Path(override).absolute()
+    if os.environ.get("ENVBUILDER_CACHE_DIR"):
+        return Path(os.environ["ENVBUILDER_CACHE_DIR"]).absolute()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return (Path(base) / "envbuilder").absolute()
+
+
+def _ssl_context(ca_bundle: Path | None) -> ssl.SSLContext:
+    cafile = str(ca_bundle) if ca_bundle else os.environ.get("SSL_CERT_FILE")
+    return ssl.create_default_context(cafile=cafile if cafile and Path(cafile).exists() else None)
+
+
+def cached_path(f: LockedFile, cache: Path) -> Path:
+    return cache / "files" / f.sha256 / f.filename
+
+
+def fetch(f: LockedFile, cache: Path, ca_bundle: Path | None = None) -> tuple[Path, bool]:
+    """(path in the cache, whether it was downloaded now)."""
+    target = cached_path(f, cache)
+    if target.is_file() and (f.size is None or target.stat().st_size == f.size):
+        return target, False
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{f.filename}.", suffix=".part", dir=target.parent)
+    h = hashlib.sha256()
+    try:
+        with os.fdopen(fd, "wb") as out:
+            req = urllib.request.Request(f.url, headers={"User-Agent": "envbuilder"})
+            with urllib.request.urlopen(req, timeout=120, context=_ssl_context(ca_bundle)) as resp:
+                while chunk := resp.read(1 << 20):
+                    h.update(chunk)
+                    out.write(chunk)
+        if h.hexdigest() != f.sha256:
+            raise HashMismatchError(f"{f.filename}: downloaded sha256 {h.hexdigest()[:16]}… is not the lock's "
+                                    f"{f.sha256[:16]}…", "the index served other bytes: re-lock, or check the proxy",
+                                    url=f.url)
+        os.replace(tmp, target)
+    except (urllib.error.URLError, OSError) as exc:
+        raise NetworkError(f"cannot download {f.filename}: {exc}", "check network access and proxy settings",
+                           url=f.url) from exc
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    return target, True
+
+
+def verify(path: Path, sha256: str, what: str) -> None:
+    digest = sha256_file(path)
+    if digest != sha256:
+        raise HashMismatchError(f"{what}: sha256 {digest[:16]}… is not the recorded {sha256[:16]}…",
+                                "the file was changed or damaged: fetch it again")
+
+
+def link_or_copy(src: Path, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)

@@ -1,0 +1,343 @@
+"""`envbuilder wheels LOCKDIR -o WHEELHOUSE`: every stage-2 sdist of a lock, built into a wheel.
+
+Per package: fetch the locked sdist (hash-checked) -> unpack -> check it has CUDA sources -> set
+its arch variables, or patch literal gencodes -> cache lookup -> build against the chosen torch ->
+list the archs in every .so and compare with the request -> local version naming the ABI -> cache.
+The wheelhouse is written in a staging directory and swapped in at the end, like a lock directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tarfile
+import tempfile
+import time
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from envbuilder.atomic import promote_dir, staging_dir, write_atomic
+from envbuilder.errors import InvalidOptionError, LockDirError, NoCudaSourcesError, OutputPathError
+from envbuilder.kernels import cache as wcache
+from envbuilder.kernels.archs import ArchList, ObjectArchs, check_archs, find_cuobjdump, object_archs
+from envbuilder.kernels.build import run_build
+from envbuilder.kernels.files import cache_root, fetch, link_or_copy
+from envbuilder.kernels.lockfiles import LockedFiles, by_name, read_locked_files
+from envbuilder.kernels.packages import arch_knobs, default_jobs
+from envbuilder.kernels.patch import GencodePatch, patch_sdist_tree
+from envbuilder.kernels.torchenv import TorchFacts, probe_interpreter, require_build_modules, sync_stage1_venv
+from envbuilder.kernels.wheelfile import add_local_version, local_tag
+from envbuilder.lock.record import read_record
+from envbuilder.matrix.model import Matrix
+
+Progress = Callable[[str], None]
+WHEELHOUSE_RECORD = "wheelhouse.json"
+SCHEMA = 1
+CUDA_SOURCE_SUFFIXES = (".cu", ".cuh")
+# A100, A10/RTX 30xx, L40/RTX 40xx, H100/H200 (the image build's default too)
+DEFAULT_ARCH_LIST = "8.0;8.6;8.9;9.0"
+
+
+@dataclass
+class WheelsOptions:
+    lockdir: Path
+    output: Path
+    arch_list: str | None = None
+    jobs: int | None = None
+    torch_from: str = "venv"            # venv | host
+    interpreter: Path | None = None     # --torch-from host
+    cache_dir: Path | None = None
+    cuda_home: Path | None = None
+    ca_bundle: Path | None = None
+    packages: list[str] = field(default_factory=list)  # a subset of the stage-2 packages
+    sdist_dir: Path | None = None       # offline: sdists found here by file name (a bundle's files/)
+
+
+@dataclass
+class PackageReport:
+    name: str
+    version: str
+    wheel: str
+    sha256: str
+    cache: str                  # hit | miss
+    cache_key: str
+    sdist_sha256: str
+    cuda_sources: int
+    arch_env: dict[str, str]
+    arch_check: str             # ok | skipped: <why>
+    archs: list[ObjectArchs]
+    patch: GencodePatch | None
+    jobs: int
+    seconds: float
+    compile_seconds: float | None = None
+    peak_rss_mb: float | None = None
+
+    def record(self) -> dict[str, Any]:
+        """What wheelhouse.json keeps: deterministic (no timings)."""
+        return {"name": self.name, "version": self.version, "wheel": self.wheel, "sha256": self.sha256,
+                "cache_key": self.cache_key, "sdist_sha256": self.sdist_sha256, "cuda_sources": self.cuda_sources,
+                "arch_env": self.arch_env, "arch_check": self.arch_check,
+                "archs": [o.to_dict() for o in self.archs],
+                "patch": self.patch.to_dict() if self.patch else None}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.record(), "cache": self.cache, "jobs": self.jobs, "seconds": round(self.seconds, 3),
+                "compile_seconds": None if self.compile_seconds is None else round(self.compile_seconds, 3),
+                "peak_rss_mb": None if self.peak_rss_mb is None else round(self.peak_rss_mb, 1)}
+
+
+@dataclass
+class WheelsResult:
+    output: Path
+    lock_sha256: str
+    torch: TorchFacts
+    arch_list: ArchList
+    packages: list[PackageReport]
+    seconds: float
+
+    def record(self) -> dict[str, Any]:
+        torch = {k: v for k, v in self.torch.to_dict().items() if k != "interpreter"}  # no host paths
+        return {"schema": SCHEMA, "lock_sha256": self.lock_sha256, "torch": torch,
+                "arch_list": self.arch_list.torch, "packages": [p.record() for p in self.packages]}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"output": str(self.output), "lock_sha256": self.lock_sha256, "torch": self.torch.to_dict(),
+                "arch_list": self.arch_list.torch, "packages": [p.to_dict() for p in self.packages],
+                "seconds": round(self.seconds, 3)}
+
+
+def read_wheelhouse(path: Path) -> dict[str, Any]:
+    rec_path = Path(path) / WHEELHOUSE_RECORD
+    if not rec_path.is_file():
+        raise InvalidOptionError(f"{path} is not a wheelhouse (no {WHEELHOUSE_RECORD})",
+                                 f"make one with: envbuilder wheels LOCKDIR -o {path}")
+    rec: dict[str, Any] = json.loads(rec_path.read_text(encoding="utf-8"))
+    return rec
+
+
+def _check_output(out: Path) -> None:
+    if out.exists() and not out.is_dir():
+        raise OutputPathError(f"{out} exists and is not a directory", "choose another -o path")
+    if out.is_dir() and any(out.iterdir()) and not (out / WHEELHOUSE_RECORD).exists():
+        raise OutputPathError(f"{out} is a non-empty directory that is not an envbuilder wheelhouse",
+                              "choose a new or empty -o path")
+
+
+def _unpack(sdist: Path, dest: Path) -> Path:
+    dest.mkdir(parents=True, exist_ok=True)
+    if sdist.name.endswith(".zip"):
+        with zipfile.ZipFile(sdist) as zf:
+            zf.extractall(dest)
+    else:
+        with tarfile.open(sdist) as tar:
+            if hasattr(tarfile, "data_filter"):
+                tar.extractall(dest, filter="data")
+            else:  # pragma: no cover (Python < 3.10.12)
+                tar.extractall(dest)
+    tops = [p for p in dest.iterdir() if p.is_dir()]
+    return tops[0] if len(tops) == 1 else dest
+
+
+def _cuda_sources(src: Path) -> int:
+    return sum(1 for p in src.rglob("*") if p.is_file() and p.name.lower().endswith(CUDA_SOURCE_SUFFIXES))
+
+
+def _bool_env(env: dict[str, str], name: str | None) -> bool:
+    return bool(name) and env.get(str(name), "").upper() in ("TRUE", "1", "YES", "ON")
+
+
+def _fact_str(matrix: Matrix | None, package: str, key: str) -> str | None:
+    if matrix is None or package not in matrix.build_packages:
+        return None
+    fact = matrix.build_packages[package].get(key)
+    return str(fact.value) if fact is not None and fact.known else None
+
+
+def _sdist_for(name: str, files: LockedFiles, opts: WheelsOptions, cache: Path, progress: Progress) -> tuple[Path, str]:
+    if files.sdist is None:
+        raise LockDirError(f"{name} {files.version}: the lock names no sdist for it (source {files.source})",
+                           "stage-2 packages are built from the sdists uv.lock records; re-lock with --source pypi")
+    if opts.sdist_dir is not None:
+        local = opts.sdist_dir / files.sdist.filename
+        if local.is_file():
+            from envbuilder.kernels.files import verify
+
+            verify(local, files.sdist.sha256, local.name)
+            return local, files.sdist.sha256
+    path, downloaded = fetch(files.sdist, cache, opts.ca_bundle)
+    if downloaded:
+        progress(f"  {name}: downloaded {files.sdist.filename}")
+    return path, files.sdist.sha256
+
+
+def _choose_torch(opts: WheelsOptions, lockdir: Path, record: dict[str, Any], cache: Path,
+                  progress: Progress) -> TorchFacts:
+    if opts.torch_from == "host":
+        if opts.interpreter is None:
+            raise InvalidOptionError("--torch-from host needs --interpreter PY", "pass the Python that has torch")
+        return probe_interpreter(opts.interpreter)
+    if opts.torch_from != "venv":
+        raise InvalidOptionError(f"--torch-from {opts.torch_from}: unknown", "use venv or host")
+    venv = cache / "venvs" / f"{record['lock_sha256'][:16]}-py{record['target']['python']}"
+    python = sync_stage1_venv(lockdir, record, venv, progress, opts.ca_bundle)
+    return probe_interpreter(python)
+
+
+def _build_env(record: dict[str, Any], opts: WheelsOptions, facts: TorchFacts, knob_env: dict[str, str],
+               force_var: str | None, jobs: int) -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("VIRTUAL_ENV", None)
+    env.update({str(k): str(v) for k, v in (record.get("stage2_env") or {}).items()})
+    env.update(knob_env)
+    env["MAX_JOBS"] = str(jobs)
+    if force_var:
+        env[force_var] = "TRUE"  # never download a prebuilt wheel from GitHub instead of compiling
+    if opts.cuda_home is not None:
+        env["CUDA_HOME"] = str(opts.cuda_home)
+        env["PATH"] = f"{opts.cuda_home}/bin{os.pathsep}{env.get('PATH', '')}"
+    bindir = str(Path(facts.interpreter).parent)
+    env["PATH"] = f"{bindir}{os.pathsep}{env.get('PATH', '')}"  # the venv's ninja, cmake
+    env.setdefault("SOURCE_DATE_EPOCH", str(record.get("source_date_epoch") or 315532800))
+    return env
+
+
+def _list_archs(wheel: Path, work: Path, opts: WheelsOptions) -> list[ObjectArchs]:
+    d = work / "inspect"
+    with zipfile.ZipFile(wheel) as zf:
+        names = [n for n in zf.namelist() if n.endswith(".so") or ".so." in n]
+        for n in names:
+            zf.extract(n, d)
+    if not names:
+        return []
+    tool = find_cuobjdump([opts.cuda_home / "bin"] if opts.cuda_home else None)
+    return [object_archs(d / n, tool, d) for n in sorted(names)]
+
+
+def build_one(name: str, files: LockedFiles, record: dict[str, Any], facts: TorchFacts, archs: ArchList,
+              opts: WheelsOptions, cache: Path, matrix: Matrix | None, out: Path, progress: Progress
+              ) -> PackageReport:
+    t0 = time.monotonic()
+    sdist, sdist_sha = _sdist_for(name, files, opts, cache, progress)
+    work_root = cache / "build"
+    work_root.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=work_root))
+    ok = False
+    try:
+        src = _unpack(sdist, work / "src")
+        n_cuda = _cuda_sources(src)
+        skip_var = _fact_str(matrix, name, "skip_cuda_build_env")
+        stage2_env = {str(k): str(v) for k, v in (record.get("stage2_env") or {}).items()}
+        skip_cuda = _bool_env({**os.environ, **stage2_env}, skip_var)
+        kernels_expected = name in ("flash-attn", "mamba-ssm", "causal-conv1d")
+        if n_cuda == 0 and kernels_expected:
+            raise NoCudaSourcesError(
+                f"{name} {files.version}: its sdist ({sdist.name}) holds no CUDA sources (.cu/.cuh), so the "
+                "wheel would have no kernels and fail at the first call",
+                f"pin a release whose sdist ships csrc/*.cu: --set {name}==VERSION (see `envbuilder matrix`)")
+        device_code = n_cuda > 0 and not skip_cuda
+        knobs = arch_knobs(src, archs)
+        patch = patch_sdist_tree(src, archs) if (knobs.hardcoded and device_code) else None
+        if patch:
+            progress(f"  {name}: setup.py hard-codes {len(patch.removed)} gencodes; patched to {archs.torch} "
+                     f"(sha256 {patch.sha256[:12]})")
+        jobs = opts.jobs or default_jobs(name)
+        arch_for_key = archs.torch if device_code else "none"
+        facts_key = {
+            "package": name, "version": files.version, "sdist_sha256": sdist_sha, "torch": facts.torch,
+            "cuda": facts.cuda, "cxx11abi": facts.cxx11abi, "arch_list": arch_for_key, "python": facts.py_tag,
+            "patch": patch.sha256 if patch else None, "stage2_env": dict(sorted(stage2_env.items())),
+            "platform": "linux-x86_64",
+        }
+        key = wcache.cache_key(facts_key)
+        hit = wcache.lookup(cache, key)
+        if hit is not None:
+            link_or_copy(hit.wheel, out / hit.wheel.name)
+            progress(f"{name} {files.version}: cache hit {hit.wheel.name}")
+            ok = True
+            rec = hit.record
+            return PackageReport(name, files.version, hit.wheel.name, rec["sha256"], "hit", key, sdist_sha, n_cuda,
+                                 dict(rec.get("arch_env", {})), str(rec.get("arch_check", "")),
+                                 [ObjectArchs(o["path"], tuple(o["sass"]), tuple(o["ptx"]))
+                                  for o in rec.get("archs", [])],
+                                 patch, jobs, time.monotonic() - t0)
+        progress(f"{name} {files.version}: building against torch {facts.torch} (arch {arch_for_key}, "
+                 f"MAX_JOBS={jobs})")
+        force_var = _fact_str(matrix, name, "force_build_env")
+        env = _build_env(record, opts, facts, knobs.env, force_var, jobs)
+        run = run_build(facts.interpreter, src, work / "dist", env, name, progress)
+        found = _list_archs(run.wheel, work, opts) if device_code else []
+        if device_code:
+            check_archs(name, archs, found)
+            arch_check = "ok"
+        elif skip_cuda:
+            arch_check = f"skipped: {skip_var}=TRUE (built without its CUDA extension)"
+        else:
+            arch_check = "skipped: the sdist has no CUDA sources (C++ extension only)"
+        tag = local_tag(facts.cuda, facts.torch, facts.cxx11abi, archs.tag if device_code else "")
+        named = add_local_version(run.wheel, tag, work / "named")
+        entry = wcache.store(cache, key, named, {"package": name, "version": files.version, "facts": facts_key,
+                                                 "arch_env": knobs.env, "arch_check": arch_check,
+                                                 "archs": [o.to_dict() for o in found],
+                                                 "patch": patch.to_dict() if patch else None,
+                                                 "compile_seconds": round(run.seconds, 1),
+                                                 "peak_rss_mb": round(run.peak_rss_mb, 1)})
+        link_or_copy(entry.wheel, out / entry.wheel.name)
+        progress(f"{name}: built {entry.wheel.name} in {run.seconds:.1f}s (peak RSS {run.peak_rss_mb:.0f} MB)"
+                 + (f", archs {', '.join(sorted({a for o in found for a in o.sass}))}" if found else ""))
+        ok = True
+        return PackageReport(name, files.version, entry.wheel.name, entry.record["sha256"], "miss", key, sdist_sha,
+                             n_cuda, knobs.env, arch_check, found, patch, jobs, time.monotonic() - t0,
+                             run.seconds, run.peak_rss_mb)
+    finally:
+        if ok:
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            progress(f"  {name}: build directory kept for inspection: {work}")
+
+
+def run_wheels(opts: WheelsOptions, matrix: Matrix | None, progress: Progress = lambda _: None) -> WheelsResult:
+    t0 = time.monotonic()
+    lockdir = Path(opts.lockdir)
+    record = read_record(lockdir)
+    out = Path(opts.output)
+    _check_output(out)
+    stage2 = list(record.get("stage2_packages", []))
+    if opts.packages:
+        unknown = sorted(set(opts.packages) - set(stage2))
+        if unknown:
+            raise InvalidOptionError(f"--package {', '.join(unknown)}: not a stage-2 package of this lock "
+                                     f"({', '.join(stage2) or 'none'})", "name stage-2 packages only")
+        stage2 = [p for p in stage2 if p in opts.packages]
+    cache = cache_root(opts.cache_dir)
+    spec = opts.arch_list or (str(record.get("host", {}).get("sm") or "") or DEFAULT_ARCH_LIST)
+    archs = ArchList.parse(spec)
+    locked = by_name(read_locked_files(lockdir / "uv.lock"))
+    to_build = []
+    for name in stage2:
+        files = locked.get(name)
+        if files is None:
+            raise LockDirError(f"{name} is a stage-2 package of the record but not in uv.lock",
+                               "re-run envbuilder lock")
+        if files.sdist is None and files.wheels:
+            progress(f"{name} {files.version}: a wheel on the index, nothing to build")
+            continue
+        to_build.append((name, files))
+    facts = _choose_torch(opts, lockdir, record, cache, progress)
+    progress(f"building against {facts.interpreter}: torch {facts.torch}, CUDA {facts.cuda or 'none'}, "
+             f"cxx11abi {facts.cxx11abi}, Python {facts.python}; arch list {archs.torch}")
+    if to_build:
+        require_build_modules(facts, [n for n, _ in to_build])
+    reports: list[PackageReport] = []
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with staging_dir(out) as staging:
+        for name, files in to_build:
+            reports.append(build_one(name, files, record, facts, archs, opts, cache, matrix, staging, progress))
+        result = WheelsResult(out, record["lock_sha256"], facts, archs, reports, time.monotonic() - t0)
+        write_atomic(staging / WHEELHOUSE_RECORD, json.dumps(result.record(), indent=2, sort_keys=True) + "\n")
+        promote_dir(staging, out)
+    result.seconds = time.monotonic() - t0
+    return result
