@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envbuilder.atomic import promote_dir, staging_dir, write_atomic
+from envbuilder.atomic import guard_output_dir, promote_dir, staging_dir, write_atomic
 from envbuilder.bundle.parts import PARTS_INDEX, extract_parts, read_index, verify_parts
 from envbuilder.bundle.pipeline import MANIFEST
 from envbuilder.bundle.plan import export_requirements
-from envbuilder.errors import BundleInvalidError, BundlePartMissingError, OfflineInstallError, OutputPathError
+from envbuilder.errors import BundleInvalidError, BundlePartMissingError, OfflineInstallError
 from envbuilder.kernels import read_wheelhouse
 from envbuilder.kernels.files import verify
 from envbuilder.lock.record import read_record
@@ -61,14 +61,6 @@ class InstallResult:
         return {"venv": str(self.venv), "lock_sha256": self.lock_sha256, "packages": self.packages,
                 "stage2": self.stage2, "stage2_missing": self.stage2_missing, "seconds": round(self.seconds, 3),
                 "timings": {k: round(v, 3) for k, v in sorted(self.timings.items())}}
-
-
-def _check_target(venv: Path) -> None:
-    if venv.exists() and not venv.is_dir():
-        raise OutputPathError(f"{venv} exists and is not a directory", "choose another --venv path")
-    if venv.is_dir() and any(venv.iterdir()) and not (venv / INSTALL_RECORD).exists():
-        raise OutputPathError(f"{venv} is a non-empty directory that envbuilder did not install",
-                              "choose a new or empty --venv path")
 
 
 def verify_tree(tree: Path) -> dict[str, Any]:
@@ -118,8 +110,9 @@ def _wheelhouse_lines(wh: Path, stage2: list[str]) -> tuple[list[str], list[str]
 def run_install(opts: InstallOptions, progress: Progress = lambda _: None) -> InstallResult:
     t0 = time.monotonic()
     timings: dict[str, float] = {}
-    bundle, venv = Path(opts.bundle).absolute(), Path(opts.venv).absolute()
-    _check_target(venv)
+    bundle = Path(opts.bundle).absolute()
+    venv = guard_output_dir(Path(opts.venv), lambda d: (d / INSTALL_RECORD).is_file(),
+                            "a venv envbuilder installed", "--venv")
     venv.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".{venv.name}.bundle.", dir=venv.parent) as tmp:
         if (bundle / PARTS_INDEX).is_file():

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envbuilder.atomic import promote_dir, staging_dir, write_atomic
+from envbuilder.atomic import guard_output_dir, promote_dir, staging_dir, write_atomic
 from envbuilder.bundle.parts import PARTS_INDEX, write_parts
 from envbuilder.bundle.plan import LOCK_FILES, PlannedFile, plan_files
-from envbuilder.errors import InvalidOptionError, OutputPathError
+from envbuilder.errors import InvalidOptionError
 from envbuilder.kernels import read_wheelhouse
 from envbuilder.kernels.files import cache_root, fetch, link_or_copy, verify
 from envbuilder.lock.record import read_record, sha256_file
@@ -61,12 +61,8 @@ class BundleResult:
                 "downloaded": self.downloaded, "parts": self.parts, "seconds": round(self.seconds, 3)}
 
 
-def _check_output(out: Path) -> None:
-    if out.exists() and not out.is_dir():
-        raise OutputPathError(f"{out} exists and is not a directory", "choose another -o path")
-    if out.is_dir() and any(out.iterdir()) and not ((out / MANIFEST).exists() or (out / PARTS_INDEX).exists()):
-        raise OutputPathError(f"{out} is a non-empty directory that is not an envbuilder bundle",
-                              "choose a new or empty -o path")
+def _is_bundle(d: Path) -> bool:
+    return (d / MANIFEST).is_file() or (d / PARTS_INDEX).is_file()
 
 
 def _fetch_all(planned: list[PlannedFile], cache: Path, opts: BundleOptions, progress: Progress
@@ -90,9 +86,8 @@ def _fetch_all(planned: list[PlannedFile], cache: Path, opts: BundleOptions, pro
 def make_bundle(opts: BundleOptions, progress: Progress = lambda _: None) -> BundleResult:
     t0 = time.monotonic()
     lockdir = Path(opts.lockdir)
-    record = read_record(lockdir)
-    out = Path(opts.output)
-    _check_output(out)
+    record = read_record(lockdir).to_dict()
+    out = guard_output_dir(Path(opts.output), _is_bundle, "an envbuilder bundle")
     python, glibc = str(record["target"]["python"]), str(record["target"].get("glibc") or "2.35")
     stage2 = list(record.get("stage2_packages", []))
     wh_record = None

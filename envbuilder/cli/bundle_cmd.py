@@ -8,11 +8,12 @@ import click
 
 from envbuilder.bundle import BundleOptions, InstallOptions, make_bundle, run_install
 from envbuilder.bundle.parts import parse_size
+from envbuilder.cli.options import json_option, lock_dir_input, timings_option
 from envbuilder.console import emit_json, stderr_console
 
 
 @click.command()
-@click.argument("lockdir", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@lock_dir_input(positional=True, required=True, exists=True)
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="Bundle directory to write.")
 @click.option("--split", "split", default=None, metavar="SIZE",
               help="Cut the bundle into parts of at most SIZE (e.g. 60M) for transfer limits.")
@@ -22,19 +23,20 @@ from envbuilder.console import emit_json, stderr_console
               help="Download cache root (default ENVBUILDER_CACHE_DIR or ~/.cache/envbuilder).")
 @click.option("--ca-bundle", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
               help="CA bundle for a TLS-intercepting proxy.")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
-def bundle(lockdir: Path, output: Path, split: str | None, wheelhouse: Path | None, cache_dir: Path | None,
-           ca_bundle: Path | None, as_json: bool) -> None:
+@json_option()
+@timings_option
+def bundle(lock: Path, output: Path, split: str | None, wheelhouse: Path | None, cache_dir: Path | None,
+           ca_bundle: Path | None, as_json: bool, timings: bool) -> None:
     """Collect everything LOCKDIR installs into an offline, hash-checked bundle."""
     console = stderr_console()
-    opts = BundleOptions(lockdir=lockdir, output=output, split=parse_size(split) if split else None,
+    opts = BundleOptions(lockdir=lock, output=output, split=parse_size(split) if split else None,
                          wheelhouse=wheelhouse, cache_dir=cache_dir, ca_bundle=ca_bundle)
     result = make_bundle(opts, progress=console.print)
     where = f"{len(result.parts)} parts" if result.parts else "a directory"
     console.print(f"[green]wrote[/green] {output}: {result.files} files, {result.size / 1e6:.1f} MB as {where} "
                   f"({result.downloaded} downloaded, {result.seconds:.1f}s)")
     if as_json:
-        emit_json(result.to_dict())
+        emit_json(result.to_dict(), timings=timings)
 
 
 @click.command()
@@ -46,9 +48,10 @@ def bundle(lockdir: Path, output: Path, split: str | None, wheelhouse: Path | No
 @click.option("--wheelhouse", type=click.Path(path_type=Path, exists=True, file_okay=False), default=None,
               help="Stage-2 wheels built on this host (default: the bundle's own wheelhouse, if any).")
 @click.option("--skip-stage2", is_flag=True, help="Install stage 1 and the stage-2 dependencies only.")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+@json_option()
+@timings_option
 def install(bundle_dir: Path, venv: Path, python: str | None, system_site_packages: bool, wheelhouse: Path | None,
-            skip_stage2: bool, as_json: bool) -> None:
+            skip_stage2: bool, as_json: bool, timings: bool) -> None:
     """Install a bundle into a venv with no network: verify every hash, all or nothing."""
     console = stderr_console()
     opts = InstallOptions(bundle=bundle_dir, venv=venv, python=python, system_site_packages=system_site_packages,
@@ -57,4 +60,4 @@ def install(bundle_dir: Path, venv: Path, python: str | None, system_site_packag
     console.print(f"[green]installed[/green] {result.packages} packages into {venv} in {result.seconds:.1f}s "
                   f"(lock {result.lock_sha256[:12]})")
     if as_json:
-        emit_json(result.to_dict())
+        emit_json(result.to_dict(), timings=timings)

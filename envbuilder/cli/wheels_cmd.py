@@ -6,13 +6,14 @@ from pathlib import Path
 
 import click
 
+from envbuilder.cli.options import json_option, lock_dir_input, timings_option
 from envbuilder.console import emit_json, stderr_console
 from envbuilder.kernels import WheelsOptions, run_wheels
 from envbuilder.matrix import load_matrix
 
 
 @click.command()
-@click.argument("lockdir", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@lock_dir_input(positional=True, required=True, exists=True)
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="Wheelhouse directory to write.")
 @click.option("--arch-list", default=None,
               help="GPU archs, e.g. 9.0 or 8.0;9.0+PTX (default: the lock's host sm, else 8.0;8.6;8.9;9.0).")
@@ -31,13 +32,14 @@ from envbuilder.matrix import load_matrix
               help="Directory holding the locked sdists (e.g. a bundle's files/), for hosts without an index.")
 @click.option("--ca-bundle", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
               help="CA bundle for a TLS-intercepting proxy.")
-@click.option("--json", "as_json", is_flag=True, help="Print the per-package report as JSON on stdout.")
-def wheels(lockdir: Path, output: Path, arch_list: str | None, jobs: int | None, torch_from: str,
+@json_option("Print the per-package report as JSON on stdout (compile time and peak RSS with --timings).")
+@timings_option
+def wheels(lock: Path, output: Path, arch_list: str | None, jobs: int | None, torch_from: str,
            interpreter: Path | None, packages: tuple[str, ...], cuda_home: Path | None, cache_dir: Path | None,
-           sdist_dir: Path | None, ca_bundle: Path | None, as_json: bool) -> None:
+           sdist_dir: Path | None, ca_bundle: Path | None, as_json: bool, timings: bool) -> None:
     """Build every stage-2 package of LOCKDIR into a wheel (cached by ABI and arch list)."""
     console = stderr_console()
-    opts = WheelsOptions(lockdir=lockdir, output=output, arch_list=arch_list, jobs=jobs, torch_from=torch_from,
+    opts = WheelsOptions(lockdir=lock, output=output, arch_list=arch_list, jobs=jobs, torch_from=torch_from,
                          interpreter=interpreter, cache_dir=cache_dir, cuda_home=cuda_home, ca_bundle=ca_bundle,
                          packages=list(packages), sdist_dir=sdist_dir)
     result = run_wheels(opts, load_matrix(), progress=console.print)
@@ -45,4 +47,4 @@ def wheels(lockdir: Path, output: Path, arch_list: str | None, jobs: int | None,
         console.print(f"[green]{p.cache}[/green] {p.wheel} ({p.seconds:.1f}s, archs: {p.arch_check})")
     console.print(f"wrote {output}: {len(result.packages)} wheel(s) in {result.seconds:.1f}s")
     if as_json:
-        emit_json(result.to_dict())
+        emit_json(result.to_dict(), timings=timings)

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envbuilder.atomic import promote_dir, staging_dir, write_atomic
-from envbuilder.errors import InvalidOptionError, LockDirError, NoCudaSourcesError, OutputPathError
+from envbuilder.atomic import guard_output_dir, promote_dir, staging_dir, write_atomic
+from envbuilder.errors import InvalidOptionError, LockDirError, NoCudaSourcesError
 from envbuilder.kernels import cache as wcache
 from envbuilder.kernels.archs import ArchList, ObjectArchs, check_archs, find_cuobjdump, object_archs
 from envbuilder.kernels.build import run_build
@@ -85,9 +85,11 @@ class PackageReport:
                 "patch": self.patch.to_dict() if self.patch else None}
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.record(), "cache": self.cache, "jobs": self.jobs, "seconds": round(self.seconds, 3),
-                "compile_seconds": None if self.compile_seconds is None else round(self.compile_seconds, 3),
-                "peak_rss_mb": None if self.peak_rss_mb is None else round(self.peak_rss_mb, 1)}
+        # measurements vary run to run: under "timings", which --json shows only with --timings
+        measured = {"seconds": round(self.seconds, 3),
+                    "compile_seconds": None if self.compile_seconds is None else round(self.compile_seconds, 3),
+                    "peak_rss_mb": None if self.peak_rss_mb is None else round(self.peak_rss_mb, 1)}
+        return {**self.record(), "cache": self.cache, "jobs": self.jobs, "timings": measured}
 
 
 @dataclass
@@ -117,14 +119,6 @@ def read_wheelhouse(path: Path) -> dict[str, Any]:
                                  f"make one with: envbuilder wheels LOCKDIR -o {path}")
     rec: dict[str, Any] = json.loads(rec_path.read_text(encoding="utf-8"))
     return rec
-
-
-def _check_output(out: Path) -> None:
-    if out.exists() and not out.is_dir():
-        raise OutputPathError(f"{out} exists and is not a directory", "choose another -o path")
-    if out.is_dir() and any(out.iterdir()) and not (out / WHEELHOUSE_RECORD).exists():
-        raise OutputPathError(f"{out} is a non-empty directory that is not an envbuilder wheelhouse",
-                              "choose a new or empty -o path")
 
 
 def _unpack(sdist: Path, dest: Path) -> Path:
@@ -302,9 +296,8 @@ def build_one(name: str, files: LockedFiles, record: dict[str, Any], facts: Torc
 def run_wheels(opts: WheelsOptions, matrix: Matrix | None, progress: Progress = lambda _: None) -> WheelsResult:
     t0 = time.monotonic()
     lockdir = Path(opts.lockdir)
-    record = read_record(lockdir)
-    out = Path(opts.output)
-    _check_output(out)
+    record = read_record(lockdir).to_dict()
+    out = guard_output_dir(Path(opts.output), lambda d: (d / WHEELHOUSE_RECORD).is_file(), "an envbuilder wheelhouse")
     stage2 = list(record.get("stage2_packages", []))
     if opts.packages:
         unknown = sorted(set(opts.packages) - set(stage2))
