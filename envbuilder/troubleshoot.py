@@ -21,6 +21,12 @@ _PATTERNS: list[tuple[str, str, str]] = [
     (r"No space left on device|os error 28|ENOSPC",
      "the disk is full (uv cache, Docker build cache or the output directory)",
      "free space: `uv cache prune`, `docker builder prune`, or point UV_CACHE_DIR / -o elsewhere"),
+    # uv needed an interpreter (to build an sdist's metadata) and downloads are off while locking
+    (r"No interpreter found|no Python interpreter found|Failed to find a Python interpreter|"
+     r"No Python at|Python interpreter not found",
+     "uv needed a Python interpreter matching the lock's requires-python and found none",
+     "install one (`uv python install 3.11`, or the distribution's python3.11), or set "
+     "UV_PYTHON_DOWNLOADS=automatic to let uv fetch it"),
     # network
     (r"dns error|Name or service not known|failed to lookup address|Temporary failure in name resolution",
      "a package index or git host could not be resolved (DNS)",

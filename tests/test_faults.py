@@ -486,3 +486,30 @@ def test_doctor_excludes_rows_whose_cuda_cannot_compile_for_the_sm() -> None:
     v200 = rows["v2.0.0"]  # CUDA 12.1: nvcc 12.1 targets 5.0..9.0
     assert v200["status"] == "excluded" and any("cannot compile for sm_121" in r for r in v200["reasons"])
     assert "v2.0.0" not in json.loads(res.out)["runnable"]
+
+
+def test_uv_disk_full_names_the_full_filesystem(kit: Kit, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full disk cannot be made here without root: a stand-in `uv` prints what uv prints on ENOSPC."""
+    from envbuilder.lock import uvrun
+
+    fake = kit.tmp / "uv-full"
+    fake.write_text('#!/bin/sh\nif [ "$1" = "--version" ]; then echo "uv 0.13.9"; exit 0; fi\n'
+                    'echo "error: Failed to write to the lock file" >&2\n'
+                    'echo "  Caused by: No space left on device (os error 28)" >&2\nexit 2\n')
+    fake.chmod(0o755)
+    monkeypatch.setattr(uvrun, "uv_binary", lambda: str(fake))
+    before = snapshot(kit.lock)
+    res = run_cli(_lock("--glibc", "2.36", "-o", str(kit.lock)))
+    assert res.code == 74, res.err
+    err = next(ln for ln in res.err.splitlines() if ln.startswith("error: "))
+    fix = next(ln for ln in res.err.splitlines() if ln.startswith("  fix: "))
+    assert f"on the filesystem of {kit.tmp}" in err and "uv cache prune" not in fix
+    assert any(ln.startswith("  | ") and "os error 28" in ln for ln in res.err.splitlines())
+    assert snapshot(kit.lock) == before
+
+
+def test_interpreter_failure_gets_an_interpreter_fix() -> None:
+    from envbuilder.troubleshoot import troubleshoot
+
+    advice = troubleshoot("error: No interpreter found for Python >=3.11, <3.12 in managed installations")
+    assert advice is not None and "uv python install" in advice.fix

@@ -116,3 +116,27 @@ def test_commit_files_replaces_only_named_files(tmp_path: Path) -> None:
     commit_files(staging, target, ["new"], remove=["old", "keep-not-listed"])
     assert sorted(p.name for p in target.iterdir()) == ["keep", "new"]
     assert _mode(target / "new") == 0o644
+
+
+def test_certify_output_dir_modes_and_user_files(tmp_path: Path, env: dict[str, str]) -> None:
+    """certify -o: 0755 directory, 0644 files, a user's file beside the certificate survives a re-run."""
+    lock = tmp_path / "lk"
+    assert _lock(env, "-o", str(lock)).returncode == 0
+    out = tmp_path / "cert"
+
+    def certify() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "envbuilder", "certify", "--venv", sys.prefix, "--level", "0",
+                               "--lock", str(lock), "-o", str(out)], env=env, capture_output=True, text=True,
+                              cwd=REPO, check=False)
+
+    first = certify()
+    assert first.returncode in (0, 50), first.stderr  # this venv is not the locked one: drift may fail
+    assert (out / "certificate.json").is_file() and _mode(out) == 0o755
+    assert all(_mode(p) == 0o644 for p in out.rglob("*") if p.is_file())
+    assert str(tmp_path) not in first.stderr.replace(str(out), "OUT").replace(str(lock), "LOCK"), \
+        "no staging or temporary path is printed"
+    (out / "my-notes.txt").write_text("mine")
+    second = certify()
+    assert second.returncode == first.returncode
+    assert (out / "my-notes.txt").read_text() == "mine"
+    assert [p.name for p in tmp_path.iterdir() if ".staging." in p.name] == []

@@ -23,6 +23,7 @@ GROUPS = ("drift", "imports", "torch-build", "driver", "arch", "kernels", "gemm"
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m envbuilder.certify", description=__doc__)
     ap.add_argument("--level", type=int, choices=[0, 1, 2], default=1)
+    ap.add_argument("--host-managed-out", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--expect", type=Path, help="expectations JSON written by `envbuilder certify` from a lock")
     ap.add_argument("-o", "--out", type=Path, help="write certificate.json, report.md and loss SVGs here")
     ap.add_argument("--json", action="store_true", help="print the certificate JSON on stdout")
@@ -129,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     cert = build_certificate(exp, facts, checks, a.level, tv, a.timestamp)
     if a.out:
         write_outputs(cert, a.out)
-        log(f"wrote {CERT_NAME} and the report into --out")  # the host may move --out: no path
+        if not a.host_managed_out:  # the host moves --out (or deletes it): it says where the files went
+            log(f"wrote {a.out / CERT_NAME}")
     if a.json:
         sys.stdout.write(dumps(cert))
         sys.stdout.flush()

@@ -139,8 +139,8 @@ with_common_options(cli)
 
 
 def report_error(err: EnvbuilderError, want_json: bool) -> None:
-    tail = err.details.get("log_tail") if not want_json else None
-    if isinstance(tail, list) and tail:  # a fix may point at "the log above": show it
+    tail = err.details.get("log_tail")
+    if isinstance(tail, list) and tail:  # a fix may point at "the log above": show it (stderr, also with --json)
         for line in tail:
             click.echo(f"  | {line}", err=True)
     click.echo(f"error: {err.cause}", err=True)

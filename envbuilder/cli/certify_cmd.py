@@ -54,6 +54,16 @@ def _cert_owned(path: Path) -> list[str]:
     return names + sorted(p.name for p in path.glob("*.svg") if p.is_file())
 
 
+def _claims_something(path: Path) -> bool:
+    """A certificate in which at least one check passed or failed (one that checked nothing is not kept)."""
+    try:
+        checks = json.loads(path.read_text(encoding="utf-8")).get("checks")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return isinstance(checks, list) and any(isinstance(c, dict) and c.get("status") in ("pass", "fail")
+                                            for c in checks)
+
+
 @contextlib.contextmanager
 def _out_dir(output: Path | None) -> Iterator[Path]:
     """Where the environment writes; its files replace the previous certificate's only once the run finished."""
@@ -67,7 +77,7 @@ def _out_dir(output: Path | None) -> Iterator[Path]:
                           progress=lambda m: stderr_console().print(m)) as real, staging_dir(real) as stage:
         stage.chmod(0o777)  # containers may run as another uid
         yield stage
-        if (stage / "certificate.json").exists():
+        if _claims_something(stage / "certificate.json"):
             made = sorted(str(p.relative_to(stage)) for p in stage.rglob("*") if p.is_file())
             commit_files(stage, real, made, remove=_cert_owned(real))
 
@@ -203,7 +213,7 @@ def certify(image: str | None, sqsh: Path | None, sif: Path | None, venv: Path |
         with _out_dir(output) as out_dir:
             exp_path, out_path = inner_paths(t, in_dir, out_dir)
             args = [f"--level={level}", f"--expect={exp_path}", f"--out={out_path}", "--json",
-                    f"--steps={steps}"]
+                    f"--steps={steps}", "--host-managed-out"]
             if cpu:
                 args.append("--cpu")
             if only:
