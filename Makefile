@@ -50,7 +50,7 @@ unit: setup
 integration: setup host
 	$(BIN)/pytest -m integration $(PYTEST_ARGS)
 
-# ---- images and artifacts (issue owners: build / export / certify) ---------------
+# ---- images and artifacts: build / export / certify -----------------------------------
 # image: BASE=IMAGE builds on another base (e.g. BASE=envbuilder/test-base:bookworm where no CUDA
 # image can be pulled), TARGET=builder stops after stage 2, BUILD_OPTS passes more `build` options.
 image: setup host
@@ -70,7 +70,7 @@ image-smoke: setup host
 dockerfile: setup
 	$(BIN)/python -m envbuilder.image.render
 
-# export (issue 5): build the image first only when the engine lacks it
+# export: build the image first only when the engine lacks it
 ARTIFACT ?= build/nemo-$(NEMO)
 EXPORT_ARGS ?=
 sqsh: setup host
@@ -83,7 +83,7 @@ sif: setup host
 	mkdir -p $(dir $(ARTIFACT))
 	$(ENVB) export $(TAG) --format sif -o $(ARTIFACT).sif $(if $(wildcard $(LOCKDIR)/envbuilder.lock.json),--lock $(LOCKDIR)) $(EXPORT_ARGS)
 
-# certify (issue 6): LEVEL=0 needs no GPU, 1 one GPU, 2 several. CERTIFY_ARGS picks the environment
+# certify: LEVEL=0 needs no GPU, 1 one GPU, 2 several. CERTIFY_ARGS picks the environment
 # (default the image $(TAG); or --sqsh F, --sif F, --venv DIR, --in-place; add --cpu for a GPU-less run).
 LEVEL ?= 1
 CERT_DIR ?= build/cert-$(NEMO)

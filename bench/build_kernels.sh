@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Stage-2 compile probe for BENCHMARKS.md "## Build" (issue 4), run on the device machine:
+# Stage-2 compile probe for BENCHMARKS.md "## Build", run on the device machine:
 #   mkdir -p build/sdists && (download the sdists there from PyPI: flash_attn-2.7.3.tar.gz, ...)
 #   run (device tool, carry build/sdists):  bash bench/build_kernels.sh flash_attn-2.7.3.tar.gz 510
 # Builds one sdist without isolation against the machine's torch for sm_90 with MAX_JOBS=nproc,

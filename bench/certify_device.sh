@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Certification runs on the lent GPU machines (issue 6). Results: BENCHMARKS.md "## Certify".
+# Certification runs on the lent GPU machines. Results: BENCHMARKS.md "## Certify".
 #   bench/certify_device.sh h100     # doctor --json + certify --level 1 (1 GPU), timed
 #   bench/certify_device.sh h200x4   # doctor --json + certify --level 2 on 2 GPUs, then on 4 GPUs
 # Needs the wheels in .whl/ (megatron-core 0.19.2 cp312, tomlkit, docker; see BENCHMARKS.md) and

@@ -50,7 +50,7 @@ _PATTERNS: list[tuple[str, str, str]] = [
     (r"no kernel image is available for execution on the device",
      "the kernels were not compiled for this GPU's architecture",
      "add the GPU's sm to --arch-list and rebuild"),
-    # image build (issue 4): a kernel sdist needs nvcc, the builder base has none
+    # image build: a kernel sdist needs nvcc, the builder base has none
     (r"nvcc was not found|CUDA_HOME environment variable is not set|nvcc: not found",
      "a stage-2 package compiles CUDA kernels but the builder base has no CUDA toolkit (nvcc)",
      "build on the CUDA devel base (the default for the lock's CUDA), or stop before stage 2 with --target stage1"),

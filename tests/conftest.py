@@ -50,7 +50,7 @@ def uv_bin() -> str:
     return str(path)
 
 
-# --- doctor / check-parallel (issue 3) ---------------------------------------------------
+# --- doctor / check-parallel ---------------------------------------------------
 
 # Used only while matrices/gpus.toml is missing (or lacks these GPUs); otherwise the real table is used.
 _FIXTURE_GPUS = """
@@ -101,7 +101,7 @@ def gpu_matrices(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return d
 
 
-# --- build fixtures (issue 4) ---
+# --- build fixtures ---
 # Session-scoped and built for real: the Debian test base (mmdebstrap + docker import, skipped
 # when the tag exists), a smoke lock dir made by `envbuilder lock --nemo smoke`, and the smoke
 # image built from it by `envbuilder build` (BuildKit layer cache and the uv cache mount make
@@ -156,7 +156,7 @@ def smoke_image(debian_base_image: str, smoke_lockdir: Path) -> str:
     return tag
 
 
-# --- certify fixtures (issue 6) ---
+# --- certify fixtures ---
 CERTIFY_TORCH = "torch==2.13.0"
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from golden_files import check_golden
+
 from envbuilder.export import conventions, render
 from envbuilder.export.image_source import ImageInfo
 
@@ -77,3 +79,15 @@ def test_launch_snippets_are_valid_bash(tmp_path: Path) -> None:
                 assert "#SBATCH --nodes=3" in text and "--rdzv-backend=c10d" in text
                 assert '--rdzv-endpoint="$HEAD_ADDR:29500"' in text
             assert f"IMAGE='{artifact.with_suffix('.' + fmt)}'" in text  # a path with a space, quoted
+
+
+def test_deffile_and_launch_snippets_match_golden() -> None:
+    """Fixed inputs, so the files are independent of the test's temp path."""
+    labels = {"io.envbuilder.lock-sha256": "ab" * 32, "io.envbuilder.row": "v2.3.0",
+              "io.envbuilder.source-date-epoch": "1747267200", "org.opencontainers.image.version": "v2.3.0"}
+    check_golden("export/apptainer.def", render.render_deffile("envbuilder/nemo:v2.3.0", labels, "v2.3.0", "ab" * 32))
+    params = render.LaunchParams(gpus_per_node=8, nodes=2, train_script="train.py")
+    for fmt in ("sqsh", "sif"):
+        for suffix, text in sorted(render.render_launch(fmt, Path(f"/shared/images/nemo-v2.3.0.{fmt}"),
+                                                        params).items()):
+            check_golden(f"export/{fmt}/nemo-v2.3.0{suffix}", text)

@@ -1,16 +1,15 @@
 """Dockerfile rendering: golden files, the top-level Dockerfile, arch lists, base choice.
 
-Regenerate the golden files after an intended template change with
-    ENVBUILDER_REGEN_GOLDEN=1 .venv/bin/pytest tests/test_build_render.py
-(the same variable regenerates /Dockerfile) and review the diff.
+Golden files: tests/golden/image/ (tests/golden_files.py says how to regenerate them; the same
+switch regenerates /Dockerfile, which `make dockerfile` also writes).
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
+from golden_files import UPDATE_VAR, check_golden, updating
 
 from envbuilder.errors import InvalidOptionError
 from envbuilder.image import images
@@ -24,8 +23,6 @@ from envbuilder.image.render import (
 )
 
 REPO = Path(__file__).resolve().parent.parent
-GOLDEN = Path(__file__).resolve().parent / "golden" / "image"
-REGEN = os.environ.get("ENVBUILDER_REGEN_GOLDEN") == "1"
 
 CASES = {
     "Dockerfile.hermetic-cuda": RenderValues(
@@ -43,12 +40,7 @@ CASES = {
 
 
 def _check_golden(name: str, text: str) -> None:
-    path = GOLDEN / name
-    if REGEN:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    assert path.exists(), f"missing golden file {path}; run with ENVBUILDER_REGEN_GOLDEN=1"
-    assert text == path.read_text(), f"{name} differs from its golden file; regenerate if intended"
+    check_golden(f"image/{name}", text)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -98,9 +90,9 @@ def test_toplevel_dockerfile_is_the_rendered_template() -> None:
     builder, runtime = images.default_bases()
     text = render_toplevel(builder, runtime)
     path = REPO / "Dockerfile"
-    if REGEN:
+    if updating():
         path.write_text(text)
-    assert path.read_text() == text, "Dockerfile is stale: run `make dockerfile` (or ENVBUILDER_REGEN_GOLDEN=1)"
+    assert path.read_text() == text, f"Dockerfile is stale: run `make dockerfile` (or {UPDATE_VAR}=1)"
     assert "ARG LOCKDIR=build/v2.3.0" in text and "COPY ${LOCKDIR}/ ./" in text
 
 

@@ -16,6 +16,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from golden_files import check_golden
 
 from envbuilder.errors import ReportInputError
 from envbuilder.report import ReportOptions, build_report
@@ -180,24 +181,18 @@ def test_browser_check_catches_console_errors_and_broken_links(tmp_path: Path) -
     assert "gone.png" in check.broken_links and any("not offline" in x for x in check.broken_links)
 
 
-GOLDEN = REPO / "tests" / "golden" / "report"
-REGEN = os.environ.get("ENVBUILDER_REGEN_GOLDEN") == "1"
 
 
 def test_golden_index_and_committed_sample_dashboard(tmp_path: Path) -> None:
     """index.html from bench/results matches tests/golden/report/ and the committed sample dashboard.
 
-    Regenerate: ENVBUILDER_REGEN_GOLDEN=1 .venv/bin/pytest tests/test_nightly_report.py; make dashboard-sample
+    Regenerate: ENVBUILDER_UPDATE_GOLDEN=1 .venv/bin/pytest tests/test_nightly_report.py; make dashboard-sample
     """
     res = build_report(ReportOptions([BENCH], tmp_path / "site"))
     fresh = {"index.html": (tmp_path / "site" / "index.html").read_text()}
     for r in res.rows:
         fresh[f"rows/{r['slug']}/index.html"] = (tmp_path / "site" / "rows" / r["slug"] / "index.html").read_text()
     for rel, text in fresh.items():
-        golden = GOLDEN / rel
-        if REGEN:
-            golden.parent.mkdir(parents=True, exist_ok=True)
-            golden.write_text(text)
-        assert golden.read_text() == text, f"{golden} is stale; run with ENVBUILDER_REGEN_GOLDEN=1"
+        check_golden(f"report/{rel}", text)
         sample = BENCH / "dashboard" / rel
         assert sample.read_text() == text, f"{sample} is stale; run make dashboard-sample"

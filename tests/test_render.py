@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 import pytest
+from golden_files import check_golden
 
 from envbuilder.matrix import Matrix, load_matrix
 from envbuilder.render import render_pyproject
@@ -18,7 +18,6 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 FIXTURE = Path(__file__).parent / "fixtures" / "matrix"
-GOLDEN = Path(__file__).parent / "golden"
 
 
 @pytest.fixture(scope="module")
@@ -106,14 +105,9 @@ GOLDEN_CASES = {
 
 @pytest.mark.parametrize("name", sorted(GOLDEN_CASES))
 def test_golden_v2_3_0(repo_root: Path, name: str) -> None:
-    """Real matrix, fixed inputs. Regenerate with ENVBUILDER_UPDATE_GOLDEN=1 after a matrix change."""
+    """Real matrix, fixed inputs (tests/golden_files.py says how to regenerate after a matrix change)."""
     m = load_matrix(repo_root / "matrices")
     if m.find_release("v2.3.0") is None:
         pytest.skip("matrix has no v2.3.0 row")
     res = resolve(m, ResolveRequest(nemo="v2.3.0", **GOLDEN_CASES[name]))  # type: ignore[arg-type]
-    text = render_pyproject(res, m)
-    path = GOLDEN / name
-    if os.environ.get("ENVBUILDER_UPDATE_GOLDEN"):
-        path.write_text(text)
-    assert path.exists(), f"missing golden {path}; run with ENVBUILDER_UPDATE_GOLDEN=1"
-    assert text == path.read_text(), f"{name} differs from the golden file"
+    check_golden(f"pyproject/{name}", render_pyproject(res, m))

@@ -12,7 +12,7 @@ from envbuilder.console import emit_json, stdout_console
 from envbuilder.errors import UnknownTagError
 from envbuilder.matrix import Matrix, Release, load_matrix
 
-# `matrix show --json` keys (issue 2), each from a release field or the CUDA table
+# `matrix show --json` keys, each from a release field or the CUDA table
 SHOW_FIELDS = {
     "container": "container", "python": "python", "torch": "torch", "cuda": "cuda", "cudnn": "cudnn",
     "transformer_engine": "transformer_engine", "flash_attn": "flash_attn", "mamba_ssm": "mamba_ssm",

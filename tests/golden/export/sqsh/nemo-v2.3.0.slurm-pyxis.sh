@@ -1,0 +1,17 @@
+#!/bin/bash
+# Slurm + pyxis/enroot launch for nemo-v2.3.0.sqsh (rendered by envbuilder export).
+# The squashfs is used as is: pyxis passes it to enroot, which applies /etc/environment
+# (the image ENV) and the mount/hook configuration of the site.
+#SBATCH --job-name=nemo-v2.3.0
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=1
+#SBATCH --gpus-per-node=8
+#SBATCH --exclusive
+set -euo pipefail
+
+IMAGE=/shared/images/nemo-v2.3.0.sqsh
+
+srun --container-image="$IMAGE" \
+     --container-mounts="$PWD:/workspace" \
+     --container-workdir=/workspace \
+     torchrun --standalone --nproc-per-node=8 train.py
