@@ -447,6 +447,20 @@ class NightlyRowsFailedError(EnvbuilderError):
 # (this section's classes go here)
 
 
+class ArtifactImageMismatchError(EnvbuilderError):
+    """export / inspect --deep: a path or symlink in the artifact is not as in the image."""
+
+    exit_code = 100
+    kind = "artifact-image-mismatch"
+
+
+class RuntimeCommandError(EnvbuilderError):
+    """A container runtime (apptainer, enroot) that envbuilder ran failed; its output is shown."""
+
+    exit_code = 101
+    kind = "runtime-failed"
+
+
 # --- 110-119: caches and performance paths -----------------------------------
 # (this section's classes go here)
 

@@ -17,7 +17,7 @@ CACHE="${ENVBUILDER_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/envbuilder}"
 DIR="$CACHE/apptainer-sid"
 SUITE=sid
 MIRROR="${ENVBUILDER_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
-PACKAGES="apptainer,squashfs-tools,uidmap,mount,util-linux,ca-certificates,python3"
+PACKAGES="apptainer,squashfuse,fuse3,squashfs-tools,uidmap,mount,util-linux,ca-certificates,python3"
 RUNNER_UID=1000
 # fixed so the tree's timestamps do not change between bootstraps (2025-05-17)
 SOURCE_DATE_EPOCH=1747440000

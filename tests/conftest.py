@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+# Apptainer (sid rootfs) and Slurm (localhost daemons) fixtures, and the smoke SIF
+pytest_plugins = ["runtime_fixtures"]
 
 
 def _has_gpu() -> bool:

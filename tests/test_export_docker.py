@@ -44,7 +44,8 @@ WH_REPO = "envbuilder-test/export-whiteouts"
 BIG_REPO = "envbuilder-test/export-big"
 HOST_BINARIES = ["sh", "mkdir", "rm", "ln", "chown", "chmod", "cat", "env", "ls"]
 ENROOT_ADDED = {"etc/environment", "etc/rc", "etc/rc.local", "etc/fstab", "etc/hosts", "etc/hostname",
-                "etc/resolv.conf", "proc", "sys", "tmp", "run", "dev"}
+                "etc/resolv.conf", "proc", "sys", "tmp", "run", "dev",
+                "etc/profile.d", "etc/profile.d/zz-envbuilder-path.sh"}
 
 WH_DOCKERFILE = """
 FROM {base}
@@ -271,7 +272,7 @@ def test_sqsh_enroot_conventions_and_entrypoint(whiteout_image: str, wh_sqsh: Ex
     assert (root / "etc/environment").read_text().splitlines() == image_env
     assert "tmpfs /data tmpfs x-create=dir,rw,nosuid,nodev" in (root / "etc/fstab").read_text()
     rc = (root / "etc/rc").read_text()
-    assert f"# io.envbuilder.lock-sha256 {LOCK_SHA}" in rc and "cd /opt || exit 1" in rc
+    assert f"# io.envbuilder.lock-sha256 {LOCK_SHA}" in rc and "cd /opt && unset OLDPWD || exit 1" in rc
     for mount_point in ("proc", "sys", "dev", "tmp", "run"):
         assert (root / mount_point).is_dir()
     for f in ("etc/hosts", "etc/hostname", "etc/resolv.conf"):
@@ -350,14 +351,14 @@ def test_two_exports_are_byte_identical(whiteout_image: str, fmt: str, tmp_path:
 def test_sidecars_rendered_next_to_artifact(whiteout_image: str, wh_sqsh: ExportResult,
                                            wh_sif: ExportResult) -> None:
     d = wh_sqsh.path.parent
-    pyxis = (d / "wh.slurm-pyxis.sh").read_text()
+    pyxis = (d / "wh.sqsh.slurm-pyxis.sh").read_text()
     assert f"IMAGE={wh_sqsh.path}" in pyxis and 'srun --container-image="$IMAGE"' in pyxis
-    multi = (d / "wh.torchrun-multinode.sbatch").read_text()
+    multi = (d / "wh.sqsh.torchrun-multinode.sbatch").read_text()
     assert "--rdzv-backend=c10d" in multi and '--rdzv-endpoint="$HEAD_ADDR:29500"' in multi
     assert "scontrol show hostnames" in multi
-    app = (wh_sif.path.parent / "wh.apptainer.sh").read_text()
+    app = (wh_sif.path.parent / "wh.sif.apptainer.sh").read_text()
     assert "apptainer exec --nv" in app and "torchrun" in app
-    deffile = (wh_sif.path.parent / "wh.def").read_text()
+    deffile = (wh_sif.path.parent / "wh.sif.def").read_text()
     assert deffile.splitlines()[5:7] == ["Bootstrap: docker-daemon", f"From: {whiteout_image}"]
     for p in [*d.glob("wh.*.sh"), *d.glob("wh.*.sbatch"), *wh_sif.path.parent.glob("wh.*.sh")]:
         subprocess.run(["bash", "-n", str(p)], check=True)

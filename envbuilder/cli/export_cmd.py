@@ -36,8 +36,10 @@ def _format_from(output: Path, fmt: str | None) -> str:
 @click.option("--workdir", type=click.Path(path_type=Path, file_okay=False, exists=True), default=None,
               help="Where to spool `docker save` (default: the output's directory).")
 @click.option("--processors", type=click.IntRange(min=1), default=None, help="mksquashfs threads (default: all).")
-@click.option("--gpus-per-node", type=click.IntRange(min=1), default=8, show_default=True,
-              help="For the launch snippets.")
+@click.option("--gpus-per-node", type=click.IntRange(min=0), default=8, show_default=True,
+              help="For the launch snippets; 0 renders their CPU form (no GPU request, gloo workers).")
+@click.option("--procs-per-node", type=click.IntRange(min=1), default=None,
+              help="Workers torchrun starts per node (default: one per GPU; 2 with --gpus-per-node 0).")
 @click.option("--nodes", type=click.IntRange(min=1), default=2, show_default=True,
               help="Node count of the multi-node snippet.")
 @click.option("--train-script", default="train.py", show_default=True, help="Script the snippets launch.")
@@ -47,8 +49,8 @@ def _format_from(output: Path, fmt: str | None) -> str:
 @json_option("Print the export report as JSON on stdout.")
 @timings_option
 def export(image: str, fmt: str | None, output: Path, squash_options: str | None, lock: Path | None,
-           workdir: Path | None, processors: int | None, gpus_per_node: int, nodes: int, train_script: str,
-           no_snippets: bool, compare: bool, as_json: bool, timings: bool) -> None:
+           workdir: Path | None, processors: int | None, gpus_per_node: int, procs_per_node: int | None,
+           nodes: int, train_script: str, no_snippets: bool, compare: bool, as_json: bool, timings: bool) -> None:
     """Export IMAGE from the local Docker engine to an enroot .sqsh or an Apptainer .sif."""
     from envbuilder.export.pipeline import ExportOptions, compare_with_native, export_image, native_tools
     from envbuilder.export.render import LaunchParams
@@ -57,7 +59,8 @@ def export(image: str, fmt: str | None, output: Path, squash_options: str | None
     opts = ExportOptions(
         image=image, fmt=_format_from(output, fmt), output=output, squash_options=squash_options,
         lock_dir=lock, workdir=workdir, processors=processors, snippets=not no_snippets,
-        launch=LaunchParams(gpus_per_node=gpus_per_node, nodes=nodes, train_script=train_script),
+        launch=LaunchParams(gpus_per_node=gpus_per_node, nodes=nodes, train_script=train_script,
+                            procs_per_node=procs_per_node),
     )  # fmt: skip
     if compare:  # fail before the export, not after it
         tool = "apptainer" if opts.fmt == "sif" else "enroot"
@@ -82,8 +85,12 @@ def export(image: str, fmt: str | None, output: Path, squash_options: str | None
         f"  {result.stats['layers']} layers, {result.stats['whiteouts']} whiteouts, "
         f"{result.stats['opaque_dirs']} opaque dirs; source date {result.source_date_epoch}"
     )
+    console.print(f"  checked {result.stats['paths_verified']} paths and {result.stats['links_verified']} "
+                  "symlinks against the image")
     for p in result.sidecars:
         console.print(f"  + {p}")
+    for p in result.sidecars_kept:
+        console.print(f"  [yellow]kept[/] {p}: it was edited; the new version is {p}.new")
     if "compare" in report:
         c = report["compare"]
         console.print(f"  compared with {c['command']}: {c['common']} paths in both, "
@@ -99,12 +106,21 @@ def export(image: str, fmt: str | None, output: Path, squash_options: str | None
 @click.command()
 @click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--list", "with_listing", is_flag=True, help="Also list every file (unsquashfs -lln).")
+@click.option("--deep", is_flag=True,
+              help="Also compare every path and symlink with the image in the local engine.")
+@click.option("--image", default=None,
+              help="With --deep: the image to compare with (default: the SIF's io.envbuilder.image-id label).")
 @json_option("Print the report as JSON on stdout.")
-def inspect(file: Path, with_listing: bool, as_json: bool) -> None:
+def inspect(file: Path, with_listing: bool, deep: bool, image: str | None, as_json: bool) -> None:
     """Read an exported .sqsh or .sif back, show its header and labels, and verify its structure."""
     from envbuilder.export.inspect import inspect_artifact
 
     report = inspect_artifact(file, with_listing=with_listing)
+    if deep:
+        from envbuilder.export.deep import check_artifact_against_image
+
+        with stderr_console(quiet=as_json).status("comparing every path and symlink with the image"):
+            report["deep"] = check_artifact_against_image(file, image).to_dict()
     if as_json:
         emit_json(report)
         return
@@ -124,6 +140,9 @@ def inspect(file: Path, with_listing: bool, as_json: bool) -> None:
     sb = report["squashfs"]
     console.print(f"  squashfs {sb['version']}: {sb['compression']}, block {sb['block_size']}, "
                   f"{sb['inodes']} inodes, {sb['bytes_used']} bytes, mkfs_time {sb['mkfs_time']}")
+    if deep:
+        d = report["deep"]
+        console.print(f"  deep: {d['paths_checked']} paths and {d['links_checked']} symlinks as in the image")
     if with_listing:
         for line in report["files"]:
             click.echo(line)

@@ -2,12 +2,16 @@
 
 enroot (NVIDIA/enroot docker.sh `docker::configure`, doc/image-format.md):
   /etc/environment  the image ENV, one KEY=VALUE a line (host ${VARS} are substituted by enroot)
-  /etc/rc           labels as comments, `cd WORKDIR`, source /etc/rc.local, exec ENTRYPOINT/CMD
+  /etc/rc           labels as comments, `mkdir -p WORKDIR`, `cd WORKDIR && unset OLDPWD`, source
+                    /etc/rc.local, exec ENTRYPOINT/CMD (and WORKDIR itself exists in the tree)
   /etc/rc.local     empty hook for site additions
   /etc/fstab        image VOLUMEs as tmpfs mounts (x-create=dir)
   mount points      enroot's fstabs bind /proc /sys /dev /tmp and the files /etc/hosts,
                     /etc/hostname, /etc/resolv.conf with x-create, so they need not exist; we still
                     create them (empty) so a read-only squashfs mount never has to.
+  /etc/profile.d/zz-envbuilder-path.sh  (ours) enroot starts a login shell, and Debian's
+                    /etc/profile sets PATH unconditionally, hiding the image's PATH from
+                    /etc/environment: bare `python` / `torchrun` were not found. This restores it.
 Apptainer (apptainer internal/pkg/build/sources/base_environment.go):
   /.singularity.d/{actions/{exec,run,shell,start,test},env/*.sh,runscript,startscript,labels.json,
   libs/}, the /.exec /.run /.shell /.test /environment /singularity symlinks, and empty
@@ -47,9 +51,10 @@ def enroot_rc(info: ImageInfo) -> str:
     entrypoint = " ".join(shlex.quote(a) for a in info.entrypoint)
     cmd = info.cmd if (info.entrypoint or info.cmd) else ["/bin/sh"]
     cmd_q = " ".join(shlex.quote(a) for a in cmd)
-    workdir = info.workdir or "/"
+    workdir = shlex.quote(info.workdir or "/")
     lines += [
-        f"cd {shlex.quote(workdir)} || exit 1",
+        f"mkdir -p {workdir} 2> /dev/null",
+        f"cd {workdir} && unset OLDPWD || exit 1",
         "",
         "if [ -s /etc/rc.local ]; then",
         "    . /etc/rc.local",
@@ -64,6 +69,19 @@ def enroot_rc(info: ImageInfo) -> str:
     return "\n".join(lines) + "\n"
 
 
+PROFILE_PATH_SCRIPT = "etc/profile.d/zz-envbuilder-path.sh"
+
+
+def profile_path_script(info: ImageInfo) -> str | None:
+    """Sourced by login shells after /etc/profile set its own PATH: put the image's back."""
+    path = dict(parse_env(info.env)).get("PATH")
+    if path is None:
+        return None
+    return ("# The image's PATH (Docker ENV), written by envbuilder export: enroot and pyxis start a login\n"
+            "# shell, whose /etc/profile replaces PATH; without this `python` or `torchrun` is not found.\n"
+            f"PATH={shlex.quote(path)}\nexport PATH\n")
+
+
 def add_enroot_files(tree: MergedTree, info: ImageInfo) -> None:
     env = "".join(f"{k}={v}\n" for k, v in parse_env(info.env))
     fstab = "".join(f"tmpfs {v} tmpfs x-create=dir,rw,nosuid,nodev\n" for v in info.volumes)
@@ -72,7 +90,20 @@ def add_enroot_files(tree: MergedTree, info: ImageInfo) -> None:
     tree.put(synthetic_file("etc/rc", enroot_rc(info).encode(), 0o755))
     tree.put(synthetic_file("etc/fstab", fstab.encode()))
     _add_if_missing(tree, synthetic_file("etc/rc.local", b""))
+    profile = profile_path_script(info)
+    if profile is not None:
+        _add_if_missing(tree, synthetic_dir("etc/profile.d"))
+        tree.put(synthetic_file(PROFILE_PATH_SCRIPT, profile.encode()))
+    if info.workdir and info.workdir != "/":
+        add_parents(tree, info.workdir.strip("/"))
     add_mount_points(tree)
+
+
+def add_parents(tree: MergedTree, path: str) -> None:
+    """The directory `path` and its missing parents (enroot creates WORKDIR at import)."""
+    parts = [p for p in path.split("/") if p not in ("", ".")]
+    for i in range(1, len(parts) + 1):
+        _add_if_missing(tree, synthetic_dir("/".join(parts[:i])))
 
 
 def add_mount_points(tree: MergedTree) -> None:
@@ -166,8 +197,11 @@ def runscript(info: ImageInfo) -> str:
     lines = ["#!/bin/sh", "# Docker ENTRYPOINT/CMD semantics: arguments replace CMD"]
     if info.workdir:
         lines.append(f"cd {shlex.quote(info.workdir)} || exit 1")
+    lines.append("if [ $# -gt 0 ]; then")
+    if not entry:
+        # `apptainer run IMAGE -c 'cmd'`: options are for CMD (e.g. /bin/bash), not a command
+        lines += ['    case "$1" in', f'        -*) exec {cmd} "$@" ;;', "    esac"]
     lines += [
-        "if [ $# -gt 0 ]; then",
         f'    exec {entry + " " if entry else ""}"$@"',
         "fi",
         f"exec {(entry + ' ' + cmd).strip()}",

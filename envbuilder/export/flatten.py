@@ -8,7 +8,9 @@ than `docker export` of a container) so the result is exactly the image: no
 
 The merged view is an index (path -> the layer member that wins); `write_merged_tar`
 streams it as one tar with deterministic headers: sorted paths, fixed mtime, the
-image's numeric uid/gid (never the host's), no user/group names, no xattrs.
+image's numeric uid/gid (never the host's), no user/group names, no xattrs. The tar is GNU
+format: Debian 12's mksquashfs 4.5.1 (`-tar`) strips the leading `/` and `../` from PAX link
+targets (every target over 100 bytes or non-ASCII), while GNU long-link records reach it intact.
 """
 
 from __future__ import annotations
@@ -215,7 +217,7 @@ def write_merged_tar(
     """
     stats = {"files": 0, "dirs": 0, "symlinks": 0, "hardlinks": 0, "other": 0, "bytes": 0}
     first_of_group: dict[tuple[int, str], str] = {}
-    with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+    with tarfile.open(fileobj=out, mode="w|", format=tarfile.GNU_FORMAT) as tar:
         for entry in ordered_entries(tree, drop_dev_contents):
             info = _clean_header(entry, entry.path, mtime)
             data_member: tarfile.TarInfo | None = None

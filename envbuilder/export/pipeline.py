@@ -25,7 +25,6 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from envbuilder.atomic import write_atomic
 from envbuilder.canonical import sha256_file
 from envbuilder.choices import EXPORT_FORMATS
 from envbuilder.errors import (
@@ -34,7 +33,7 @@ from envbuilder.errors import (
     InvalidOptionError,
     OutputPathError,
 )
-from envbuilder.export import conventions, image_source, render, sif, squashfs
+from envbuilder.export import conventions, image_source, render, sidecars, sif, squashfs, verify
 from envbuilder.export.flatten import LayerSource, MergedTree, merge_layers, write_merged_tar
 from envbuilder.lock import record as lock_record
 from envbuilder.lock.record import LockRecord
@@ -71,6 +70,7 @@ class ExportResult:
     squash_options: list[str]
     stats: dict[str, int]
     sidecars: list[Path]
+    sidecars_kept: list[Path] = field(default_factory=list)  # edited by the user: left as they were
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -88,6 +88,7 @@ class ExportResult:
             "squash_options": self.squash_options,
             "stats": self.stats,
             "sidecars": [str(p) for p in self.sidecars],
+            "sidecars_kept": [str(p) for p in self.sidecars_kept],
         }
 
 
@@ -204,7 +205,9 @@ def export_image(opts: ExportOptions, progress: Callable[[str], None] = lambda _
                 info = saved.info
                 epoch, lock_sha, row = provenance(info, opts.lock_dir)
                 labels = artifact_labels(info, epoch, lock_sha, row)
-                deffile = render.render_deffile(opts.image, labels, row, lock_sha)
+                # Apptainer's docker bootstrap copies the image's labels itself: list only ours
+                def_labels = {k: v for k, v in labels.items() if k not in info.labels}
+                deffile = render.render_deffile(opts.image, def_labels, row, lock_sha)
                 progress(f"merging {len(saved.layers)} layers")
                 source = LayerSource(saved.layers)
                 tree = merge_layers(source)
@@ -231,6 +234,7 @@ def export_image(opts: ExportOptions, progress: Callable[[str], None] = lambda _
                     stats.update(write_merged_tar(tree, source, stdin, epoch))
 
                 squashfs.build_squashfs(tmp, spec, feed)
+                expected = verify.tree_from_merged(tree)
                 stats["whiteouts"] = tree.whiteouts_applied
                 stats["opaque_dirs"] = tree.opaque_dirs_applied
                 stats["layers"] = len(saved.layers)
@@ -238,6 +242,9 @@ def export_image(opts: ExportOptions, progress: Callable[[str], None] = lambda _
                 part_size = tmp.stat().st_size - offset
                 sif_id = sif.deterministic_id(info.image_id, lock_sha, " ".join(squash_args))
                 sif.write_sif_prefix(tmp, objects, offset, part_size, info.architecture, sif_id, epoch)
+            progress("checking every path and symlink against the image")
+            checked = verify.verify_artifact(tmp, expected, offset)
+            stats["paths_verified"], stats["links_verified"] = checked.paths_checked, checked.links_checked
             os.chmod(tmp, 0o644)
             with open(tmp, "rb") as fh:
                 os.fsync(fh.fileno())
@@ -261,29 +268,32 @@ def export_image(opts: ExportOptions, progress: Callable[[str], None] = lambda _
                 tmp.unlink()
         shutil.rmtree(work, ignore_errors=True)
 
-    sidecars: list[Path] = []
+    written: list[Path] = []
+    kept: list[Path] = []
     if opts.snippets:
-        sidecars = write_sidecars(output, opts, deffile)
+        written, kept = write_sidecars(output, opts, deffile)
     return ExportResult(
         path=output, format=opts.fmt, size=output.stat().st_size, sha256=sha256_file(output),
         seconds=time.monotonic() - started, image=opts.image, image_id=info.image_id, image_size=image_size,
         source_date_epoch=epoch, lock_sha256=lock_sha, row=row, squash_options=squash_args, stats=stats,
-        sidecars=sidecars,
+        sidecars=written, sidecars_kept=kept,
     )  # fmt: skip
 
 
-def write_sidecars(output: Path, opts: ExportOptions, deffile: str) -> list[Path]:
-    """The Apptainer definition file and launch snippets, next to the artifact."""
-    stem = output.name.rsplit(".", 1)[0]
-    written = []
-    def_path = output.with_name(f"{stem}.def")
-    write_atomic(def_path, deffile)
-    written.append(def_path)
+def write_sidecars(output: Path, opts: ExportOptions, deffile: str) -> tuple[list[Path], list[Path]]:
+    """The definition file and launch snippets beside the artifact, named after its whole file name
+    (nemo.sif.def, nemo.sqsh.slurm-pyxis.sh): two formats never share one. Returns (written, kept)."""
+    files = {".def": (deffile, 0o644)}
     for suffix, text in render.render_launch(opts.fmt, output, opts.launch).items():
-        p = output.with_name(stem + suffix)
-        write_atomic(p, text, mode=0o755)
+        files[suffix] = (text, 0o755)
+    written: list[Path] = []
+    kept: list[Path] = []
+    for suffix, (text, mode) in files.items():
+        p, was_kept = sidecars.write_sidecar(output.with_name(output.name + suffix), text, mode)
         written.append(p)
-    return written
+        if was_kept:
+            kept.append(output.with_name(output.name + suffix))
+    return written, kept
 
 
 def native_tools() -> dict[str, str | None]:
@@ -316,7 +326,7 @@ def compare_with_native(fmt: str, image: str, ours: Path) -> dict[str, Any]:
     """Build the same image with the site's own tool and compare file lists with ours."""
     import subprocess
 
-    from envbuilder.errors import ToolMissingError
+    from envbuilder.errors import RuntimeCommandError, ToolMissingError
     from envbuilder.export import inspect as inspect_mod
 
     tool = "apptainer" if fmt == "sif" else "enroot"
@@ -328,7 +338,16 @@ def compare_with_native(fmt: str, image: str, ours: Path) -> dict[str, Any]:
     cmd = ([path, "build", "--force", str(native), f"docker-daemon://{image}"] if fmt == "sif"
            else [path, "import", "-o", str(native), f"dockerd://{image}"])
     try:
-        subprocess.run(cmd, check=True, capture_output=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
+        if proc.returncode != 0:
+            tail = (proc.stderr.strip() or proc.stdout.strip()).splitlines()[-20:]
+            raise RuntimeCommandError(
+                f"{tool} failed (exit {proc.returncode}) building the comparison artifact: "
+                f"{tail[-1] if tail else 'no output'}",
+                f"fix {tool} on this host (its output is below), or export without --compare; "
+                "the exported artifact itself was written",
+                command=" ".join(cmd), output_tail=tail,
+            )
         offset = 0
         if fmt == "sif":
             part = sif.read_sif(native).primary_partition()

@@ -21,9 +21,20 @@ RDZV_PORT = 29500
 
 @dataclass(frozen=True)
 class LaunchParams:
+    """gpus_per_node=0 renders the CPU form: no GPU request, no --nv, `procs_per_node` workers
+    (default 2) that use torch.distributed's gloo backend, e.g. to try a script on a CPU partition."""
+
     gpus_per_node: int = 8
     nodes: int = 2
     train_script: str = "train.py"
+    procs_per_node: int | None = None  # default: one per GPU, or 2 without GPUs
+    rdzv_port: int = RDZV_PORT
+
+    @property
+    def workers_per_node(self) -> int:
+        if self.procs_per_node:
+            return self.procs_per_node
+        return self.gpus_per_node or 2
 
 
 def _env() -> jinja2.Environment:
@@ -58,8 +69,9 @@ def render_launch(fmt: str, artifact: Path, params: LaunchParams) -> dict[str, s
             artifact_path=shlex.quote(str(artifact)),
             job_name=stem,
             gpus_per_node=params.gpus_per_node,
+            procs_per_node=params.workers_per_node,
             nodes=params.nodes,
             train_script=params.train_script,
-            rdzv_port=RDZV_PORT,
+            rdzv_port=params.rdzv_port,
         )
     return out

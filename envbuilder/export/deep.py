@@ -1,0 +1,52 @@
+"""`inspect --deep`: compare an artifact with the image it was exported from, path by path.
+
+The image is read from the local engine (by `--image`, else the SIF's io.envbuilder.image-id
+label), merged and given the format's runtime files exactly as `export` does, and the artifact
+must hold every one of those paths with the same kind and every symlink with the same target and
+resolution (envbuilder.export.verify).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from envbuilder.errors import ImageNotFoundError
+from envbuilder.export import conventions, image_source, verify
+from envbuilder.export.flatten import LayerSource, merge_layers
+from envbuilder.export.inspect import inspect_artifact
+
+IMAGE_ID_LABEL = "io.envbuilder.image-id"
+
+
+def image_for(report: dict[str, object], image: str | None) -> str:
+    if image:
+        return image
+    labels = report.get("labels")
+    ref = labels.get(IMAGE_ID_LABEL) if isinstance(labels, dict) else None
+    if not ref:
+        raise ImageNotFoundError(
+            f"{report.get('path')}: no {IMAGE_ID_LABEL} label names the image to compare with",
+            "pass the image: envbuilder inspect --deep --image REF FILE",
+        )
+    return str(ref)
+
+
+def check_artifact_against_image(path: Path, image: str | None = None) -> verify.VerifyReport:
+    report = inspect_artifact(path)
+    ref = image_for(report, image)
+    offset = int(report["primary_partition"]["offset"]) if report["format"] == "sif" else 0
+    client = image_source.docker_client()
+    img = image_source.get_image(client, ref)
+    with tempfile.TemporaryDirectory(prefix="envbuilder-deep-") as tmp:
+        archive = Path(tmp) / "image.tar"
+        image_source.spool_image(img, archive)
+        with image_source.SavedImage(archive, ref, int(img.attrs.get("Size") or 0)) as saved:
+            tree = merge_layers(LayerSource(saved.layers))
+            if report["format"] == "sqsh":
+                conventions.add_enroot_files(tree, saved.info)
+            else:
+                labels = {str(k): str(v) for k, v in dict(report.get("labels") or {}).items()}
+                conventions.add_singularity_files(tree, saved.info, labels, str(report.get("deffile") or ""))
+            expected = verify.tree_from_merged(tree)
+    return verify.verify_artifact(path, expected, offset)
