@@ -165,3 +165,7 @@ actionlint:
 # drift-pr: open a pull request (gh CLI) with what `make drift` changed; nothing when unchanged
 drift-pr:
 	scripts/drift-pr.sh
+
+# kernels (issue 12): nvcc + cuobjdump from NVIDIA's PyPI wheels for the GPU-less arch tests
+cuda-tools: setup
+	scripts/cuda-tools.sh

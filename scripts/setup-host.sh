@@ -20,6 +20,7 @@ need=()
 { command -v dockerd >/dev/null || [ -x /usr/sbin/dockerd ]; } || need+=(docker.io)
 command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
 command -v mksquashfs >/dev/null || need+=(squashfs-tools)
+command -v g++ >/dev/null || need+=(g++)  # host compiler for nvcc (kernel arch tests) and stage-2 builds
 command -v go >/dev/null || need+=(golang-go)
 [ -d /usr/share/gocode/src/github.com/sylabs/sif ] || need+=(golang-github-sylabs-sif-dev)
 command -v chromium >/dev/null || need+=(chromium)  # the dashboard test loads pages in headless Chromium

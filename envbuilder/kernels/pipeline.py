@@ -38,6 +38,8 @@ Progress = Callable[[str], None]
 WHEELHOUSE_RECORD = "wheelhouse.json"
 SCHEMA = 1
 CUDA_SOURCE_SUFFIXES = (".cu", ".cuh")
+# packages whose whole point is their CUDA kernels: an sdist without .cu files is an error
+KERNEL_PACKAGES = ("flash-attn", "mamba-ssm", "causal-conv1d")
 # A100, A10/RTX 30xx, L40/RTX 40xx, H100/H200 (the image build's default too)
 DEFAULT_ARCH_LIST = "8.0;8.6;8.9;9.0"
 
@@ -121,7 +123,7 @@ def read_wheelhouse(path: Path) -> dict[str, Any]:
     return rec
 
 
-def _unpack(sdist: Path, dest: Path) -> Path:
+def unpack_sdist(sdist: Path, dest: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     if sdist.name.endswith(".zip"):
         with zipfile.ZipFile(sdist) as zf:
@@ -138,6 +140,22 @@ def _unpack(sdist: Path, dest: Path) -> Path:
 
 def _cuda_sources(src: Path) -> int:
     return sum(1 for p in src.rglob("*") if p.is_file() and p.name.lower().endswith(CUDA_SOURCE_SUFFIXES))
+
+
+def check_cuda_sources(name: str, version: str, src: Path, sdist_name: str) -> int:
+    """The number of CUDA sources in an unpacked sdist; NoCudaSourcesError for a kernel package with none.
+
+    PyPI's mamba-ssm 2.2.0 and causal-conv1d 1.2.2.post1 ship no csrc/*.cu: they would install and
+    import, and fail only when a model calls the missing extension. transformer-engine-torch is a C++
+    extension (its kernels are in the transformer-engine-cuXX wheel), so it may have none.
+    """
+    n = _cuda_sources(src)
+    if n == 0 and name in KERNEL_PACKAGES:
+        raise NoCudaSourcesError(
+            f"{name} {version}: its sdist ({sdist_name}) holds no CUDA sources (.cu/.cuh), so the "
+            "wheel would have no kernels and fail at the first call",
+            f"pin a release whose sdist ships csrc/*.cu: --set {name}==VERSION (see `envbuilder matrix`)")
+    return n
 
 
 def _bool_env(env: dict[str, str], name: str | None) -> bool:
@@ -199,7 +217,7 @@ def _build_env(record: dict[str, Any], opts: WheelsOptions, facts: TorchFacts, k
     return env
 
 
-def _list_archs(wheel: Path, work: Path, opts: WheelsOptions) -> list[ObjectArchs]:
+def wheel_archs(wheel: Path, work: Path, cuda_home: Path | None) -> list[ObjectArchs]:
     d = work / "inspect"
     with zipfile.ZipFile(wheel) as zf:
         names = [n for n in zf.namelist() if n.endswith(".so") or ".so." in n]
@@ -207,7 +225,7 @@ def _list_archs(wheel: Path, work: Path, opts: WheelsOptions) -> list[ObjectArch
             zf.extract(n, d)
     if not names:
         return []
-    tool = find_cuobjdump([opts.cuda_home / "bin"] if opts.cuda_home else None)
+    tool = find_cuobjdump([cuda_home / "bin"] if cuda_home else None)
     return [object_archs(d / n, tool, d) for n in sorted(names)]
 
 
@@ -221,17 +239,11 @@ def build_one(name: str, files: LockedFiles, record: dict[str, Any], facts: Torc
     work = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=work_root))
     ok = False
     try:
-        src = _unpack(sdist, work / "src")
-        n_cuda = _cuda_sources(src)
+        src = unpack_sdist(sdist, work / "src")
+        n_cuda = check_cuda_sources(name, files.version, src, sdist.name)
         skip_var = _fact_str(matrix, name, "skip_cuda_build_env")
         stage2_env = {str(k): str(v) for k, v in (record.get("stage2_env") or {}).items()}
         skip_cuda = _bool_env({**os.environ, **stage2_env}, skip_var)
-        kernels_expected = name in ("flash-attn", "mamba-ssm", "causal-conv1d")
-        if n_cuda == 0 and kernels_expected:
-            raise NoCudaSourcesError(
-                f"{name} {files.version}: its sdist ({sdist.name}) holds no CUDA sources (.cu/.cuh), so the "
-                "wheel would have no kernels and fail at the first call",
-                f"pin a release whose sdist ships csrc/*.cu: --set {name}==VERSION (see `envbuilder matrix`)")
         device_code = n_cuda > 0 and not skip_cuda
         knobs = arch_knobs(src, archs)
         patch = patch_sdist_tree(src, archs) if (knobs.hardcoded and device_code) else None
@@ -263,7 +275,7 @@ def build_one(name: str, files: LockedFiles, record: dict[str, Any], facts: Torc
         force_var = _fact_str(matrix, name, "force_build_env")
         env = _build_env(record, opts, facts, knobs.env, force_var, jobs)
         run = run_build(facts.interpreter, src, work / "dist", env, name, progress)
-        found = _list_archs(run.wheel, work, opts) if device_code else []
+        found = wheel_archs(run.wheel, work, opts.cuda_home) if device_code else []
         if device_code:
             check_archs(name, archs, found)
             arch_check = "ok"

@@ -1,0 +1,143 @@
+"""wheels -> bundle -> install on the smoke row, for real: uv, PyPI files, a real stage-2 build.
+
+The smoke row's stage 2 is causal-conv1d built without its CUDA kernels against the CPU torch of
+stage 1 (tests/conftest.py smoke_lockdir), so `wheels` really runs the sdist's setup.py. The
+install runs with every proxy variable pointing at a closed port and uv told to stay offline:
+the bundle must be the only source.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parent.parent
+BLOCKED = "http://127.0.0.1:9"  # discard port: nothing listens, every connection is refused
+
+
+def _cli(args: list[str], env: dict[str, str] | None = None, timeout: int = 1800) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "envbuilder", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO, env={**os.environ, **(env or {})})
+
+
+def _offline_env() -> dict[str, str]:
+    return {k: BLOCKED for k in ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "ALL_PROXY")} | {
+        "NO_PROXY": "", "no_proxy": ""}
+
+
+@pytest.fixture(scope="session")
+def kernel_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("envbuilder-cache")
+
+
+@pytest.fixture(scope="session")
+def smoke_wheelhouse(smoke_lockdir: Path, kernel_cache: Path, tmp_path_factory: pytest.TempPathFactory
+                     ) -> tuple[Path, dict[str, object]]:
+    out = tmp_path_factory.mktemp("wh") / "wheelhouse"
+    proc = _cli(["wheels", str(smoke_lockdir), "-o", str(out), "--cache-dir", str(kernel_cache), "--json",
+                 "--timings"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out, json.loads(proc.stdout)
+
+
+def test_wheels_builds_abi_named_wheel_then_cache_hit(smoke_lockdir: Path, smoke_wheelhouse: tuple[Path, dict],
+                                                      kernel_cache: Path, tmp_path: Path) -> None:
+    first_dir, first = smoke_wheelhouse
+    (pkg,) = first["packages"]
+    assert pkg["name"] == "causal-conv1d" and pkg["cache"] == "miss"
+    assert pkg["wheel"].startswith("causal_conv1d-1.6.2.post1+cputorch2.13cxx11abiTRUE-")
+    assert pkg["arch_check"].startswith("skipped: CAUSAL_CONV1D_SKIP_CUDA_BUILD=TRUE")
+    assert pkg["timings"]["compile_seconds"] > 0 and pkg["timings"]["peak_rss_mb"] > 10
+    again = _cli(["wheels", str(smoke_lockdir), "-o", str(tmp_path / "wh2"), "--cache-dir", str(kernel_cache),
+                  "--json", "--timings"])
+    assert again.returncode == 0, again.stderr[-2000:]
+    (hit,) = json.loads(again.stdout)["packages"]
+    assert hit["cache"] == "hit" and hit["cache_key"] == pkg["cache_key"]
+    assert hit["timings"]["seconds"] < 5
+    assert (tmp_path / "wh2" / hit["wheel"]).read_bytes() == (first_dir / pkg["wheel"]).read_bytes()
+    # the wheelhouse record is the same bytes whether built or taken from the cache
+    assert (tmp_path / "wh2" / "wheelhouse.json").read_bytes() == (first_dir / "wheelhouse.json").read_bytes()
+    # another arch list changes nothing for a build without CUDA code, but a user file blocks -o
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep me")
+    refused = _cli(["wheels", str(smoke_lockdir), "-o", str(foreign), "--cache-dir", str(kernel_cache)])
+    assert refused.returncode != 0 and (foreign / "notes.txt").read_text() == "keep me"
+
+
+@pytest.fixture(scope="session")
+def smoke_bundle(smoke_lockdir: Path, smoke_wheelhouse: tuple[Path, dict], kernel_cache: Path,
+                 tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, object]]:
+    out = tmp_path_factory.mktemp("bundle") / "smoke"
+    proc = _cli(["bundle", str(smoke_lockdir), "-o", str(out), "--split", "60M", "--wheelhouse",
+                 str(smoke_wheelhouse[0]), "--cache-dir", str(kernel_cache), "--json"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out, json.loads(proc.stdout)
+
+
+def test_bundle_installs_offline(smoke_bundle: tuple[Path, dict], tmp_path: Path) -> None:
+    bundle, made = smoke_bundle
+    parts = made["parts"]
+    assert parts and all(p["size"] <= 60 * 2**20 for p in parts)
+    venv = tmp_path / "venv"
+    proc = _cli(["install", str(bundle), "--venv", str(venv), "--json", "--timings"], env=_offline_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout)
+    assert result["stage2"] == ["causal-conv1d"] and result["stage2_missing"] == []
+    check = subprocess.run([str(venv / "bin" / "python"), "-c",
+                            "import importlib.metadata as m, torch; "
+                            "print(torch.__version__, m.version('causal-conv1d'), m.version('einops'))"],
+                           capture_output=True, text=True, timeout=600)
+    assert check.returncode == 0, check.stderr[-2000:]
+    assert check.stdout.split() == ["2.13.0+cpu", "1.6.2.post1+cputorch2.13cxx11abiTRUE", "0.8.1"]
+    record = json.loads((venv / "envbuilder-install.json").read_text())
+    assert record["lock_sha256"] == made["lock_sha256"]
+
+
+def _copy_parts(bundle: Path, dest: Path) -> Path:
+    shutil.copytree(bundle, dest)
+    return dest
+
+
+def test_corrupt_part_installs_nothing(smoke_bundle: tuple[Path, dict], tmp_path: Path) -> None:
+    bundle = _copy_parts(smoke_bundle[0], tmp_path / "b")
+    part = bundle / "bundle.tar.001"
+    with open(part, "r+b") as fh:
+        fh.seek(1000)
+        byte = fh.read(1)
+        fh.seek(1000)
+        fh.write(bytes([byte[0] ^ 0xFF]))
+    venv = tmp_path / "venv"
+    proc = _cli(["install", str(bundle), "--venv", str(venv)], env=_offline_env())
+    assert proc.returncode == 65, proc.stderr
+    assert "bundle.tar.001" in proc.stderr and "Traceback" not in proc.stderr
+    assert not venv.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".venv")]
+
+
+def test_missing_part_installs_nothing(smoke_bundle: tuple[Path, dict], tmp_path: Path) -> None:
+    bundle = _copy_parts(smoke_bundle[0], tmp_path / "b")
+    (bundle / "bundle.tar.002").unlink()
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    (venv / "envbuilder-install.json").write_text("{}")  # an earlier install: must survive untouched
+    proc = _cli(["install", str(bundle), "--venv", str(venv)], env=_offline_env())
+    assert proc.returncode == 66, proc.stderr
+    assert "bundle.tar.002" in proc.stderr
+    assert [p.name for p in venv.iterdir()] == ["envbuilder-install.json"]
+
+
+def test_install_refuses_a_foreign_directory(smoke_bundle: tuple[Path, dict], tmp_path: Path) -> None:
+    target = tmp_path / "project"
+    target.mkdir()
+    (target / "main.py").write_text("print('mine')\n")
+    proc = _cli(["install", str(smoke_bundle[0]), "--venv", str(target)], env=_offline_env())
+    assert proc.returncode != 0 and "not a venv envbuilder installed" in proc.stderr
+    assert [p.name for p in target.iterdir()] == ["main.py"]
