@@ -131,8 +131,8 @@ def test_verify_cert_exit_codes(tmp_path: Path) -> None:
     path.write_text(json.dumps(cert))
     failed = _envbuilder("verify-cert", str(path), "--lock", str(lock))
     assert failed.returncode == 50 and "drift" in failed.stderr
-    path.write_text("{not json")
-    assert _envbuilder("verify-cert", str(path), "--lock", str(lock)).returncode == 51
+    path.write_text("{not json")  # a malformed file is not a mismatch: its own code (MalformedFileError)
+    assert _envbuilder("verify-cert", str(path), "--lock", str(lock)).returncode == 73
 
 
 def test_only_selects_check_groups(tmp_path: Path) -> None:

@@ -147,3 +147,19 @@ def test_second_run_waits_for_the_first(lockdir: tuple[Path, dict[str, str]], si
     _, err = second.communicate(timeout=60)
     assert second.returncode == 0, err
     assert "waiting: another envbuilder run is writing" in err
+
+
+def test_sigterm_kills_the_childs_whole_process_group(tmp_path: Path) -> None:
+    """procs.run: SIGTERM to envbuilder takes down the child and what the child started (its group)."""
+    pids = tmp_path / "pids"
+    script = ("import sys\nfrom envbuilder import procs\nprocs.install_signal_handlers()\n"
+              f"procs.run(['sh', '-c', 'sleep 300 & echo $! > {pids}; echo $$ >> {pids}; wait'])\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and (not pids.exists() or len(pids.read_text().split()) < 2):
+        time.sleep(0.05)
+    grandchild, child = (int(x) for x in pids.read_text().split())
+    assert alive(grandchild) and alive(child)
+    os.kill(proc.pid, signal.SIGTERM)
+    proc.communicate(timeout=30)
+    assert _gone_within(child, 5) and _gone_within(grandchild, 5)
