@@ -381,7 +381,27 @@ class OutputWriteError(EnvbuilderError):
 
 
 # --- 80-89: matrix data, refresh, prebuilt wheels ----------------------------
-# (this section's classes go here)
+
+
+class SdistFetchError(EnvbuilderError):
+    """A stage-2 sdist could not be downloaded or did not match the lock's hash."""
+
+    exit_code = 81
+    kind = "sdist-fetch"
+
+
+class SourceBuildRefusedError(EnvbuilderError):
+    """--no-source-build, and a stage-2 package has no prebuilt wheel for the chosen torch."""
+
+    exit_code = 82
+    kind = "source-build-refused"
+
+
+class MatrixBehindError(EnvbuilderError):
+    """`matrix refresh`: upstream has releases newer than the matrix."""
+
+    exit_code = 83
+    kind = "matrix-behind"
 
 
 # --- 90-99: nightly: signing, report, regression gate ------------------------

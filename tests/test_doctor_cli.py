@@ -39,7 +39,7 @@ def test_doctor_json_on_this_machine() -> None:
     if not _has_nvml():
         assert host["source"] == "none" and host["gpus"] == [] and host["driver"] is None
         assert host["problems"][0].startswith("NVML not available")
-    tags = [r.nemo for r in load_matrix().releases if not r.test_only]
+    tags = [r.name for r in load_matrix().releases if not r.test_only]
     assert [r["tag"] for r in report["rows"]] == tags
 
 
@@ -132,9 +132,9 @@ def test_rows_wired_to_matrix_with_driver_floor(tmp_path: Path, gpu_matrices: Pa
     assert proc.returncode == 0, proc.stderr
     verdicts = {v["tag"]: v for v in json.loads(proc.stdout)["rows"]}
     for r in rows:
-        v = verdicts[r.nemo]
+        v = verdicts[r.name]
         assert v["status"] == "excluded"
-        assert v["reasons"][0] == f"driver 545.23.06 < 560.28.03 needed by CUDA {r.cuda.value} (nemo {r.nemo})"
+        assert v["reasons"][0] == f"driver 545.23.06 < 560.28.03 needed by CUDA {r.cuda.value} ({r.label})"
         assert v["fixes"][0].startswith("upgrade the driver to 560.28.03 or newer, or use forward compatibility")
         if r.flash_attn.known:
             v100 = find_gpu("V100", load_matrix(d))

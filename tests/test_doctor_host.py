@@ -278,7 +278,7 @@ def test_evaluate_real_matrix_against_planned_hosts() -> None:
         pytest.skip("matrices/nemo.toml has no rows yet")
     ancient = evaluate_matrix(plan_host(driver="418.40.04", sm="9.0", gpus=8, matrix=matrix), matrix)
     modern = evaluate_matrix(plan_host(driver="999.99.99", sm="9.0", gpus=8, matrix=matrix), matrix)
-    assert [v.tag for v in ancient] == [r.nemo for r in rows]
+    assert [v.tag for v in ancient] == [r.name for r in rows]
     for old, new in zip(ancient, modern, strict=True):
         assert old.status in ("excluded", "unknown")  # no CUDA 12 row runs on a CUDA 10.1 driver
         if old.status == "excluded":
@@ -319,7 +319,10 @@ def test_row_needs_reads_unknown_as_shipped_and_none_as_absent() -> None:
 
     facts = {"cuda": Fact("12.8", "t"), "flash_attn": Fact("unknown", "t"), "transformer_engine": Fact("none", "t"),
              "mamba_ssm": Fact("2.2.4", "t")}
-    table = Matrix(releases=(Release("vT", facts),),
+    from envbuilder.matrix.model import ROW_FACTS
+
+    facts = {**{k: Fact("unknown", "t") for k in ROW_FACTS}, **facts}
+    table = Matrix(releases=(Release.from_facts("vT", facts, nemo="vT"),),
                    cuda_releases=(CudaRelease("12.8", "12.8.0", "12.8 GA", Fact("570.26", "t")),))
     needs = row_needs(table.releases[0], table)
     assert needs.cuda == "12.8" and needs.min_driver == "570.26"

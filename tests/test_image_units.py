@@ -146,7 +146,7 @@ def test_lockdir_errors(tmp_path: Path) -> None:
     from envbuilder.matrix import load_matrix
     from envbuilder.resolve import ResolveRequest, resolve
 
-    req = ResolveRequest(nemo="smoke")
+    req = ResolveRequest(row="smoke")
     rec = build_record(resolve(load_matrix(), req), req, tmp_path, "0.13.9", [], {}, [])
     (tmp_path / "envbuilder.lock.json").write_text(rec.to_json())
     assert load_lockdir(tmp_path).record == rec

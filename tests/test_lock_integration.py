@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuilder.errors import LockOutOfDateError
+from envbuilder.errors import LockOutOfDateError, NoCudaSourcesError
 from envbuilder.lock import LockOptions, read_record, run_lock
 from envbuilder.lock.uvlock import read_uv_lock
 from envbuilder.matrix import load_matrix
@@ -22,15 +23,15 @@ FILES = ("pyproject.toml", "uv.lock", "envbuilder.lock.json")
 
 def test_two_locks_are_byte_identical_and_check_detects_drift(tmp_path: Path) -> None:
     m = load_matrix(REPO / "matrices")
-    a = run_lock(m, ResolveRequest(nemo="smoke"), LockOptions(output=tmp_path / "a"))
-    b = run_lock(m, ResolveRequest(nemo="smoke"), LockOptions(output=tmp_path / "b"))
+    a = run_lock(m, ResolveRequest(row="smoke"), LockOptions(output=tmp_path / "a"))
+    b = run_lock(m, ResolveRequest(row="smoke"), LockOptions(output=tmp_path / "b"))
     for name in FILES:
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
     assert a.record.lock_sha256 == b.record.lock_sha256
     assert read_record(tmp_path / "a").row == "smoke"
 
     # --check on an up-to-date lock: passes and writes nothing
-    again = run_lock(m, ResolveRequest(nemo="smoke"), LockOptions(output=tmp_path / "a", check=True))
+    again = run_lock(m, ResolveRequest(row="smoke"), LockOptions(output=tmp_path / "a", check=True))
     assert again.changed is False
 
     # change an input (a matrix copy with another cutoff): --check fails, nothing is touched
@@ -40,7 +41,7 @@ def test_two_locks_are_byte_identical_and_check_detects_drift(tmp_path: Path) ->
     smoke.write_text(smoke.read_text().replace("2026-07-15T00:00:00Z", "2026-07-20T00:00:00Z"))
     before = {n: (tmp_path / "a" / n).read_bytes() for n in FILES}
     with pytest.raises(LockOutOfDateError):
-        run_lock(load_matrix(mdir), ResolveRequest(nemo="smoke"), LockOptions(output=tmp_path / "a", check=True))
+        run_lock(load_matrix(mdir), ResolveRequest(row="smoke"), LockOptions(output=tmp_path / "a", check=True))
     assert {n: (tmp_path / "a" / n).read_bytes() for n in FILES} == before
 
 
@@ -62,7 +63,11 @@ def test_cli_lock_check_exit_code(tmp_path: Path) -> None:
 
 def test_nemo_row_locks_stage2_from_metadata_records_without_building(tmp_path: Path) -> None:
     m = load_matrix(REPO / "matrices")
-    res = run_lock(m, ResolveRequest(nemo="v2.3.0"), LockOptions(output=tmp_path / "lk", verbose_uv=True))
+    # v2.3.0's own mamba-ssm 2.2.0 / causal-conv1d 1.2.2.post1 sdists hold no CUDA sources (refused, see
+    # test_kernel_less_sdists_are_refused); the nearest releases whose sdists ship their kernels
+    sets = (("causal-conv1d", "1.5.2"), ("mamba-ssm", "2.2.5"))
+    res = run_lock(m, ResolveRequest(row="v2.3.0", overrides=sets),
+                   LockOptions(output=tmp_path / "lk", verbose_uv=True))
     stage2 = res.record.stage2_packages
     assert {"transformer-engine-torch", "flash-attn", "mamba-ssm"} <= set(stage2)
     locked = {p.name: p for p in read_uv_lock(tmp_path / "lk" / "uv.lock")}
@@ -82,3 +87,29 @@ def test_nemo_row_locks_stage2_from_metadata_records_without_building(tmp_path: 
     for name in ("flash-attn", "mamba-ssm", "transformer-engine-torch"):
         assert locked[name].has_sdist and not locked[name].wheels, name
     assert res.record.exclude_newer and res.record.files["uv.lock"] == res.record.lock_sha256
+
+
+def test_kernel_less_sdists_are_refused(tmp_path: Path) -> None:
+    """v2.3.0 pins PyPI's mamba-ssm 2.2.0, whose sdist has no csrc/: the lock stops, writes nothing."""
+    m = load_matrix(REPO / "matrices")
+    out = tmp_path / "lk"
+    with pytest.raises(NoCudaSourcesError) as err:
+        run_lock(m, ResolveRequest(row="v2.3.0"), LockOptions(output=out))
+    assert "holds no CUDA sources" in err.value.cause and not out.exists()
+
+
+def test_release_2604_locks_megatron_bridge_stack(tmp_path: Path) -> None:
+    """`lock --release 26.04`: a real uv.lock from PyPI for the Megatron-Bridge 0.4 stack."""
+    out = tmp_path / "lk"
+    proc = subprocess.run([sys.executable, "-m", "envbuilder", "lock", "--release", "26.04", "--no-detect",
+                           "-o", str(out), "--json"], capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = json.loads(proc.stdout)["record"]
+    assert record["row"] == "26.04" and record["inputs"]["release"] == "26.04"
+    assert record["target"]["python"] == "3.12" and record["target"]["cuda"] == "13.0"
+    assert record["target"]["min_driver"] == "580.95.05"  # CUDA 13.0 Update 2, what PyPI's torch 2.11.0 bundles
+    locked = {p.name: p.version for p in read_uv_lock(out / "uv.lock")}
+    assert locked["megatron-bridge"] == "0.4.0" and locked["megatron-core"] == "0.17.0"
+    assert locked["torch"] == "2.11.0" and locked["transformer-engine-torch"] == "2.14.0"
+    assert locked["mamba-ssm"] == "2.3.1" and locked["causal-conv1d"] == "1.6.1"
+    assert "flash-attn" not in locked and "nemo-toolkit" not in locked

@@ -81,7 +81,7 @@ def test_network_failure_is_typed_and_leaves_previous_lock_intact(tmp_path: Path
     monkeypatch.setenv("UV_HTTP_RETRIES", "0")
     matrix = load_matrix(REPO / "matrices")
     with pytest.raises(NetworkError) as e:
-        run_lock(matrix, ResolveRequest(nemo="smoke"), LockOptions(output=out))
+        run_lock(matrix, ResolveRequest(row="smoke"), LockOptions(output=out))
     assert "could not reach a package index" in e.value.cause
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert [p.name for p in tmp_path.iterdir() if ".staging." in p.name] == []
@@ -96,7 +96,7 @@ def test_interrupt_leaves_previous_lock_intact(tmp_path: Path, monkeypatch: pyte
 
     monkeypatch.setattr(reuse_mod, "run_uv_lock", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        run_lock(load_matrix(REPO / "matrices"), ResolveRequest(nemo="smoke"), LockOptions(output=out))
+        run_lock(load_matrix(REPO / "matrices"), ResolveRequest(row="smoke"), LockOptions(output=out))
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert [p.name for p in tmp_path.iterdir() if ".staging." in p.name] == []
 
@@ -104,7 +104,7 @@ def test_interrupt_leaves_previous_lock_intact(tmp_path: Path, monkeypatch: pyte
 def test_refuses_to_swap_away_a_foreign_directory(tmp_path: Path) -> None:
     (tmp_path / "mine.txt").write_text("precious")
     with pytest.raises(ForeignOutputDirError, match="not an envbuilder lock directory"):
-        run_lock(load_matrix(REPO / "matrices"), ResolveRequest(nemo="smoke"), LockOptions(output=tmp_path))
+        run_lock(load_matrix(REPO / "matrices"), ResolveRequest(row="smoke"), LockOptions(output=tmp_path))
     assert (tmp_path / "mine.txt").read_text() == "precious"
 
 
@@ -115,7 +115,7 @@ def test_read_record_detects_tampering(tmp_path: Path) -> None:
     from envbuilder.lock.record import build_record
 
     m = load_matrix(REPO / "matrices")
-    req = ResolveRequest(nemo="smoke")
+    req = ResolveRequest(row="smoke")
     (tmp_path / "uv.lock").write_text("version = 1\n\n[[package]]\nname = \"x\"\nversion = \"1\"\n")
     (tmp_path / "pyproject.toml").write_text("p")
     rec = build_record(resolve(m, req), req, tmp_path, "0.13.9", [], {}, [])

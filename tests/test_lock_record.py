@@ -23,7 +23,7 @@ def _record(tmp: Path, nemo: str = "v2.3.0", **kw: object) -> LockRecord:
     m = load_matrix(REPO / "matrices")
     if m.find_release(nemo) is None:
         pytest.skip(f"matrix has no {nemo} row")
-    req = ResolveRequest(nemo=nemo, **kw)  # type: ignore[arg-type]
+    req = ResolveRequest(row=nemo, **kw)  # type: ignore[arg-type]
     res = resolve(m, req)
     (tmp / "pyproject.toml").write_text(render_pyproject(res, m))
     (tmp / "uv.lock").write_text(FIXED_UV_LOCK)

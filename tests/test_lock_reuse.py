@@ -141,7 +141,7 @@ def _smoke_matrix(tmp: Path, edit: dict[str, str] | None = None) -> Path:
 @pytest.mark.integration
 def test_seeded_check_validates_without_resolving_and_matches_a_fresh_lock(tmp_path: Path) -> None:
     m = load_matrix(REPO / "matrices")
-    req = ResolveRequest(nemo="smoke")
+    req = ResolveRequest(row="smoke")
     scratch = run_lock(m, req, LockOptions(output=tmp_path / "scratch", reuse_lock=False, offline_first=False))
     assert not scratch.seeded and not scratch.resolved_offline
     shutil.copytree(tmp_path / "scratch", tmp_path / "relock")
@@ -156,7 +156,7 @@ def test_seeded_check_validates_without_resolving_and_matches_a_fresh_lock(tmp_p
 
 @pytest.mark.integration
 def test_changed_pin_re_resolves_only_that_pin(tmp_path: Path) -> None:
-    req = ResolveRequest(nemo="smoke")
+    req = ResolveRequest(row="smoke")
     old = load_matrix(REPO / "matrices")
     run_lock(old, req, LockOptions(output=tmp_path / "lk"))
     before = locked_versions(tmp_path / "lk" / "uv.lock")
@@ -176,7 +176,7 @@ def test_changed_pin_re_resolves_only_that_pin(tmp_path: Path) -> None:
 def test_offline_first_matches_online_and_falls_back_on_a_miss_or_stale_cache(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     m = load_matrix(REPO / "matrices")
-    req = ResolveRequest(nemo="smoke")
+    req = ResolveRequest(row="smoke")
     # a private uv cache: starts empty, so the first lock must go online
     monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
     online = run_lock(m, req, LockOptions(output=tmp_path / "online"))
@@ -226,8 +226,8 @@ def _rows_matrix(tmp: Path) -> Path:
 def test_lock_all_locks_every_row_and_reports_the_failed_one(tmp_path: Path) -> None:
     mdir = _rows_matrix(tmp_path)
     m = load_matrix(mdir)
-    assert m.tags() == ["smoke-a", "smoke-b", "smoke-bad"]
-    result = lock_all(m, lambda tag: ResolveRequest(nemo=tag), tmp_path / "locks",
+    assert m.names() == ["smoke-a", "smoke-b", "smoke-bad"]
+    result = lock_all(m, lambda tag: ResolveRequest(row=tag), tmp_path / "locks",
                       LockOptions(output=tmp_path / "locks"), jobs=2)
     assert [r.row for r in result.failed] == ["smoke-bad"]
     assert result.failed[0].error is not None and result.failed[0].error["error"] == UvError.kind

@@ -17,21 +17,27 @@ SOURCE_RE = re.compile(r"^(https?://\S+|[\w.-]+/[\w.-]+:\S+@\S+|fixture|test pro
 
 def test_real_matrix_loads_and_covers_2x_releases(repo_root: Path) -> None:
     m = load_matrix(repo_root / "matrices")
-    tags = m.tags()
-    assert "smoke" not in tags and "smoke" in m.tags(include_test=True)
+    names = m.names()
+    assert "smoke" not in names and "smoke" in m.names(include_test=True)
     if not (repo_root / "matrices" / "nemo.toml").exists():
         pytest.skip("matrices/nemo.toml not written yet")
-    assert "v2.0.0" in tags and "v2.3.0" in tags
-    assert all(t.startswith("v2.") for t in tags)
+    assert "v2.0.0" in names and "v2.3.0" in names
+    nemo_rows = [r for r in m.releases if r.nemo and not r.test_only]
+    assert all(r.name == r.nemo and r.name.startswith("v2.") for r in nemo_rows)
+    # rows built around Megatron-Bridge are keyed by release; each names its container and version
+    bridge = [r for r in m.releases if not r.test_only and r.nemo is None]
+    assert [r.name for r in bridge][:1] == ["26.04"]
+    for r in bridge:
+        assert r.release == r.name and r.megatron_bridge.known and not r.pypi_version.known
 
 
 def test_every_real_fact_has_a_source(repo_root: Path) -> None:
     m = load_matrix(repo_root / "matrices")
     for row in m.releases:
-        assert set(RELEASE_FACTS) <= set(row.facts), row.nemo
+        assert set(RELEASE_FACTS) <= set(row.facts), row.name
         for name, fact in row.facts.items():
-            assert fact.source.strip(), f"{row.nemo}.{name} has no source"
-            assert SOURCE_RE.match(fact.source), f"{row.nemo}.{name}: source {fact.source!r} is not a URL/repo ref"
+            assert fact.source.strip(), f"{row.name}.{name} has no source"
+            assert SOURCE_RE.match(fact.source), f"{row.name}.{name}: source {fact.source!r} is not a URL/repo ref"
         for note in row.notes:
             assert note.source.strip()
     for c in m.cuda_releases:
@@ -93,7 +99,7 @@ def test_duplicate_tag_and_unknown_schema(tmp_path: Path) -> None:
     text = (d / "nemo.toml").read_text()
     first = text.split("[[release]]")[1]
     (d / "nemo.toml").write_text(text + "\n[[release]]" + first)
-    with pytest.raises(MatrixFileError, match=r"duplicate release 'v2\.3\.0'"):
+    with pytest.raises(MatrixFileError, match=r"duplicate row 'v2\.3\.0'"):
         load_matrix(d)
     (d / "nemo.toml").write_text(text.replace("schema = 1", "schema = 7"))
     with pytest.raises(MatrixFileError, match="schema 7 is not supported"):

@@ -27,7 +27,7 @@ def fm() -> Matrix:
 
 def _render(m: Matrix, **kw: object) -> dict:  # type: ignore[type-arg]
     sets = kw.pop("sets", ())
-    res = resolve(m, ResolveRequest(nemo=str(kw.pop("nemo", "v2.3.0")), overrides=parse_set(list(sets)), **kw))  # type: ignore[arg-type]
+    res = resolve(m, ResolveRequest(row=str(kw.pop("nemo", "v2.3.0")), overrides=parse_set(list(sets)), **kw))  # type: ignore[arg-type]
     return tomllib.loads(render_pyproject(res, m))
 
 
@@ -86,13 +86,13 @@ def test_git_source_renders_tags(fm: Matrix) -> None:
 
 
 def test_platform_constraints_are_rendered_sorted(fm: Matrix) -> None:
-    res = resolve(fm, ResolveRequest(nemo="v2.3.0"))
+    res = resolve(fm, ResolveRequest(row="v2.3.0"))
     text = render_pyproject(res, fm, ["zz<2", "nvidia-resiliency-ext<0.5"])
     assert tomllib.loads(text)["tool"]["uv"]["constraint-dependencies"] == ["nvidia-resiliency-ext<0.5", "zz<2"]
 
 
 def test_render_is_deterministic(fm: Matrix) -> None:
-    res = resolve(fm, ResolveRequest(nemo="v2.3.0", source="git"))
+    res = resolve(fm, ResolveRequest(row="v2.3.0", source="git"))
     assert render_pyproject(res, fm) == render_pyproject(res, fm)
 
 
@@ -109,5 +109,5 @@ def test_golden_v2_3_0(repo_root: Path, name: str) -> None:
     m = load_matrix(repo_root / "matrices")
     if m.find_release("v2.3.0") is None:
         pytest.skip("matrix has no v2.3.0 row")
-    res = resolve(m, ResolveRequest(nemo="v2.3.0", **GOLDEN_CASES[name]))  # type: ignore[arg-type]
+    res = resolve(m, ResolveRequest(row="v2.3.0", **GOLDEN_CASES[name]))  # type: ignore[arg-type]
     check_golden(f"pyproject/{name}", render_pyproject(res, m))

@@ -25,7 +25,7 @@ def m() -> Matrix:
 
 def req(**kw: object) -> ResolveRequest:
     sets = kw.pop("sets", ())
-    return ResolveRequest(nemo=str(kw.pop("nemo", "v2.3.0")), overrides=parse_set(list(sets)), **kw)  # type: ignore
+    return ResolveRequest(row=str(kw.pop("nemo", "v2.3.0")), overrides=parse_set(list(sets)), **kw)  # type: ignore
 
 
 def test_default_resolution_has_provenance(m: Matrix) -> None:

@@ -18,7 +18,7 @@ from envbuilder.resolve import ResolveRequest
 def run_lock_all(matrix: Matrix, request: Callable[[str], ResolveRequest], output: Path, base: LockOptions,
                  jobs: int, as_json: bool, timings: bool = True) -> BatchResult:
     console = stderr_console()
-    rows = matrix.tags()
+    rows = matrix.names()
     with Progress(TextColumn("lock --all"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TextColumn("{task.description}"), console=console, transient=False) as bar:
         task = bar.add_task("", total=len(rows))

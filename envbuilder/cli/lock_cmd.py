@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from envbuilder.choices import DEFAULT_MODE, DEFAULT_SOURCE, DEFAULT_TORCH_INDEX, MODES, SOURCES, TORCH_INDEXES
+from envbuilder.cli.matrix_cmd import chosen_row, row_options
 from envbuilder.cli.options import choice, host_options, json_option, timings_option
 from envbuilder.console import emit_json, stderr_console
 from envbuilder.lock import LockOptions, run_lock
@@ -36,7 +37,7 @@ def _relock_command(out: Path) -> str:
 
 
 @click.command()
-@click.option("--nemo", default=None, help="NeMo release tag (a matrix row), e.g. v2.3.0.")
+@row_options
 @click.option("--all", "all_rows", is_flag=True,
               help="Lock every matrix row into OUTPUT/<tag>/ (default OUTPUT: locks), several at a time.")
 @click.option("--jobs", type=click.IntRange(1, 64), default=None,
@@ -72,25 +73,28 @@ def _relock_command(out: Path) -> str:
               help="Exit 71 instead of waiting when another envbuilder run is writing the same -o.")
 @json_option("Print the lock record as JSON on stdout.")
 @timings_option
-def lock(nemo: str | None, all_rows: bool, jobs: int | None, online: bool, output: Path | None,
-         python: str | None, cuda: str | None, torch: str | None,
+def lock(nemo: str | None, release: str | None, mbridge: str | None, all_rows: bool, jobs: int | None,
+         online: bool, output: Path | None, python: str | None, cuda: str | None, torch: str | None,
          torch_index: str, driver: str | None, gpu: str | None, sm: str | None, no_detect: bool,
          sets: tuple[str, ...], source: str, mode: str, glibc: str, allow_minor_compat: bool,
          find_links: tuple[Path, ...], ca_bundle: Path | None, check: bool, no_wait: bool, as_json: bool,
          timings: bool) -> None:
     """Lock a NeMo stack: pyproject.toml + uv.lock + envbuilder.lock.json."""
     console = stderr_console()
-    if all_rows == (nemo is not None):
-        raise click.UsageError("pass exactly one of --nemo TAG or --all")
+    named = [o for o in (nemo, release, mbridge) if o is not None]
+    if all_rows and named:
+        raise click.UsageError("pass one of --nemo TAG / --release YY.MM / --mbridge VERSION, or --all")
     if all_rows and (python or cuda or torch or sets):
         raise click.UsageError("--python/--cuda/--torch/--set pick one row's versions: not with --all")
     matrix = load_matrix()
     host = host_facts(matrix, driver=driver, gpu=gpu, sm=sm, detect=not no_detect)
 
-    def request(tag: str) -> ResolveRequest:
-        return ResolveRequest(nemo=tag, python=python, cuda=cuda, torch=torch, torch_index=torch_index,
-                              overrides=parse_set(sets), source=source, mode=mode, glibc=glibc, host=host,
-                              allow_minor_compat=allow_minor_compat)
+    def request(tag: str, option: str | None = None) -> ResolveRequest:
+        row = matrix.find_row(name=tag)
+        option = option or ("release" if row is not None and row.nemo is None else "nemo")
+        return ResolveRequest(row=tag, row_option=option, python=python, cuda=cuda, torch=torch,
+                              torch_index=torch_index, overrides=parse_set(sets), source=source, mode=mode,
+                              glibc=glibc, host=host, allow_minor_compat=allow_minor_compat)
 
     base = LockOptions(output=output or Path("locks"), check=check, ca_bundle=ca_bundle,
                        find_links=list(find_links), offline_first=not online, wait=not no_wait)
@@ -99,11 +103,11 @@ def lock(nemo: str | None, all_rows: bool, jobs: int | None, online: bool, outpu
 
         run_lock_all(matrix, request, base.output, base, jobs or DEFAULT_JOBS, as_json, timings)
         return
-    assert nemo is not None
-    req = request(nemo)
-    out = output or Path("build") / nemo
+    key, option = chosen_row(nemo, release, mbridge)
+    req = request(key, option)
+    out = output or Path("build") / key
     opts = replace(base, output=out, check_fix=_relock_command(out))
-    with console.status(f"locking nemo {nemo}") as status:
+    with console.status(f"locking {option} {key}") as status:
 
         def progress(msg: str) -> None:
             status.update(msg)

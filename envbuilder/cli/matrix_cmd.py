@@ -2,35 +2,64 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 from rich.table import Table
 
 from envbuilder.cli.options import json_option
 from envbuilder.console import emit_json, stdout_console
-from envbuilder.errors import UnknownTagError
+from envbuilder.errors import InvalidOptionError
 from envbuilder.matrix import Matrix, Release, load_matrix
+from envbuilder.matrix.stacks import row_stacks
+from envbuilder.resolve.resolver import find_row
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def row_options(func: F) -> F:
+    """--nemo / --release / --mbridge: the three ways to name one matrix row."""
+    func = click.option("--mbridge", default=None, metavar="VERSION",
+                        help="Megatron-Bridge version of a row, e.g. 0.4.0.")(func)
+    func = click.option("--release", default=None, metavar="YY.MM",
+                        help="NeMo Framework release (container tag) of a row, e.g. 26.04 or 25.11.")(func)
+    func = click.option("--nemo", default=None, metavar="TAG",
+                        help="NeMo release tag of a row, e.g. v2.3.0 (or a test profile).")(func)
+    return func
+
+
+def chosen_row(nemo: str | None, release: str | None, mbridge: str | None) -> tuple[str, str]:
+    """(key, option) of the one row option given."""
+    given = [(v, o) for v, o in ((nemo, "nemo"), (release, "release"), (mbridge, "mbridge")) if v]
+    if len(given) != 1:
+        raise InvalidOptionError("name one matrix row: --nemo TAG, --release YY.MM or --mbridge VERSION"
+                                 + (f" (got {', '.join('--' + o for _, o in given)})" if given else ""),
+                                 "e.g. --release 26.04 or --nemo v2.3.0 (envbuilder matrix list)")
+    return given[0]
 
 # `matrix show --json` keys, each from a release field or the CUDA table
 SHOW_FIELDS = {
     "container": "container", "python": "python", "torch": "torch", "cuda": "cuda", "cudnn": "cudnn",
     "transformer_engine": "transformer_engine", "flash_attn": "flash_attn", "mamba_ssm": "mamba_ssm",
     "causal_conv1d": "causal_conv1d", "megatron_core": "megatron_core", "nemo_run": "nemo_run",
-    "exclude_newer": "exclude_newer",
+    "exclude_newer": "exclude_newer", "megatron_bridge": "megatron_bridge",
+    "container_torch": "container_torch", "container_cuda": "container_cuda", "container_cudnn": "container_cudnn",
 }
 
 
 def row_summary(matrix: Matrix, row: Release) -> dict[str, Any]:
-    out: dict[str, Any] = {"nemo": row.nemo}
+    out: dict[str, Any] = {"row": row.name, "nemo": row.nemo, "release": row.release}
     sources: dict[str, str] = {}
     for key, fld in SHOW_FIELDS.items():
         fact = row.fact(fld)
         out[key] = fact.value
         sources[key] = fact.source
-    min_driver = matrix.cuda_min_driver(str(row.cuda.value)) if row.cuda.known else None
-    out["min_driver"] = min_driver.value if min_driver is not None else "unknown"
-    sources["min_driver"] = min_driver.source if min_driver is not None else "not in matrices/cuda.toml"
+    stacks = row_stacks(matrix, row)
+    # min_driver: the stack `lock` installs by default (hermetic); each stack's in "stacks"
+    out["min_driver"] = stacks["hermetic"].min_driver.value
+    sources["min_driver"] = stacks["hermetic"].min_driver.source
+    out["stacks"] = {mode: st.to_dict() for mode, st in stacks.items()}
     out["sources"] = dict(sorted(sources.items()))
     out["torch_cuda_variant"] = row.torch_cuda_variant.value
     out["lightning"] = row.lightning.value
@@ -50,39 +79,41 @@ def matrix() -> None:
 @click.option("--all", "include_test", is_flag=True, help="Include test-only profiles.")
 @json_option()
 def list_rows(include_test: bool, as_json: bool) -> None:
-    """One line per NeMo release."""
+    """One line per matrix row (NeMo releases and Megatron-Bridge releases)."""
     m = load_matrix()
     rows = [r for r in m.releases if include_test or not r.test_only]
     if as_json:
         emit_json([row_summary(m, r) for r in rows])
         return
-    table = Table("nemo", "container", "torch", "cuda", "TE", "flash-attn", "mcore", "python", "note")
+    table = Table("row", "release", "mbridge", "torch", "cuda", "TE", "flash-attn", "mcore", "python", "note")
     for r in rows:
         note = f"prefer {r.prefer}" if r.prefer else ""
-        table.add_row(r.nemo, str(r.container), str(r.torch), str(r.cuda), str(r.transformer_engine),
-                      str(r.flash_attn), str(r.megatron_core), str(r.python), note)
+        table.add_row(r.name, r.release or "", str(r.megatron_bridge) if r.megatron_bridge.known else "",
+                      str(r.torch), str(r.cuda), str(r.transformer_engine), str(r.flash_attn), str(r.megatron_core),
+                      str(r.python), note)
     stdout_console().print(table)
 
 
 @matrix.command("show")
-@click.option("--nemo", required=True)
+@row_options
 @json_option()
-def show(nemo: str, as_json: bool) -> None:
+def show(nemo: str | None, release: str | None, mbridge: str | None, as_json: bool) -> None:
     """Every fact of one row, with its source."""
     m = load_matrix()
-    row = m.find_release(nemo)
-    if row is None:
-        raise UnknownTagError(f"unknown NeMo tag '{nemo}'; known tags: {', '.join(m.tags())}",
-                              "pick one of the known tags (envbuilder matrix list)")
+    key, option = chosen_row(nemo, release, mbridge)
+    row = find_row(m, key, option)
     summary = row_summary(m, row)
     if as_json:
         emit_json(summary)
         return
     table = Table("field", "value", "source")
-    for key in ["nemo", *SHOW_FIELDS, "min_driver"]:
-        table.add_row(key, str(summary[key]), summary["sources"].get(key, ""))
+    for field in ["row", "nemo", "release", *SHOW_FIELDS, "min_driver"]:
+        table.add_row(field, str(summary[field]), summary["sources"].get(field, ""))
     console = stdout_console()
     console.print(table)
+    for mode, st in summary["stacks"].items():
+        console.print(f"{mode}: torch {st['torch']}, CUDA {st['cuda_toolkit']}, cuDNN {st['cudnn']}, "
+                      f"min driver {st['min_driver']} (minor-compat floor {st['minor_compat_floor']})")
     for n in summary["notes"]:
         console.print(f"[{'yellow' if n['severity'] == 'warn' else 'blue'}]{n['severity']}[/]: {n['text']} "
                       f"({n['source']})")

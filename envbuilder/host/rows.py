@@ -177,7 +177,7 @@ def row_needs(release: Release, matrix: Matrix) -> RowNeeds:
     te = release.facts.get("transformer_engine")
     if te is not None and not te.absent:
         kernels.append(TE_FP8)
-    return RowNeeds(release.nemo, cuda, min_driver, tuple(kernels))
+    return RowNeeds(release.name, cuda, min_driver, tuple(kernels))
 
 
 def host_gpus(host: HostInfo) -> list[HostGpu]:

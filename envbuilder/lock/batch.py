@@ -75,7 +75,7 @@ def lock_all(matrix: Matrix, request: Callable[[str], ResolveRequest], output: P
              jobs: int = DEFAULT_JOBS, tags: list[str] | None = None,
              progress: BatchProgress = lambda *_: None) -> BatchResult:
     """Lock `tags` (default: every non-test row) into output/<tag>; never raises for one row's failure."""
-    rows = list(tags if tags is not None else matrix.tags())
+    rows = list(tags if tags is not None else matrix.names())
     jobs = max(1, min(jobs, len(rows) or 1))
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)

@@ -22,6 +22,8 @@ from packaging.version import Version
 
 from envbuilder.atomic import claim_output_dir, commit_files, os_error, owned_names, staging_dir, write_atomic
 from envbuilder.errors import EnvbuilderError, LockOutOfDateError, NetworkError, PlatformWheelError
+from envbuilder.lock.interpreter import interpreter_for
+from envbuilder.lock.kernel_sources import check_kernel_sources
 from envbuilder.lock.platform import check_platform, fetch_release_files, find_constraint, source_builds, target_tags
 from envbuilder.lock.record import RECORD_NAME, LockRecord, build_record, source_date_epoch
 from envbuilder.lock.reuse import lock_offline_first, seed_from
@@ -241,6 +243,10 @@ def _lock_into(matrix: Matrix, req: ResolveRequest, opts: LockOptions, res: Reso
         offline, online_reason = True, ""
         constraints: list[dict[str, str]] = []
         uv_log = ""
+        interpreter = interpreter_for(res.requires_python)
+        uv_python = ["--python", interpreter] if interpreter else []
+        if interpreter:
+            progress(f"uv lock runs with {interpreter} (Python {res.requires_python})")
         for round_ in range(MAX_FIX_ROUNDS + 1):
             t = time.monotonic()
             text = render_pyproject(res, matrix, [c["constraint"] for c in constraints], local_rel)
@@ -248,8 +254,8 @@ def _lock_into(matrix: Matrix, req: ResolveRequest, opts: LockOptions, res: Reso
             timings["render"] = timings.get("render", 0.0) + time.monotonic() - t
             progress("uv lock" + (f" (after {len(constraints)} platform fix(es))" if round_ else ""))
             t = time.monotonic()
-            run = lock_offline_first(staging, cutoff, opts.ca_bundle, ["-v"] if opts.verbose_uv else None,
-                                     offline_first=opts.offline_first)
+            uv_args = [*uv_python, *(["-v"] if opts.verbose_uv else [])]
+            run = lock_offline_first(staging, cutoff, opts.ca_bundle, uv_args, offline_first=opts.offline_first)
             uv_log = run.log
             offline = offline and run.resolved_offline
             online_reason = online_reason or run.fallback_reason
@@ -265,6 +271,9 @@ def _lock_into(matrix: Matrix, req: ResolveRequest, opts: LockOptions, res: Reso
                                      f"{MAX_FIX_ROUNDS} rounds", "lock with --glibc of a newer base OS")
 
         locked = read_uv_lock(staging / "uv.lock")
+        t = time.monotonic()
+        check_kernel_sources(res, locked, opts.ca_bundle, progress)
+        timings["kernel_sources"] = time.monotonic() - t
         root = tomllib_name(staging / "pyproject.toml")
         # a stage-2 sdist pulled in by stage 1 (nemo-toolkit 2.0/2.1 [all] requires mamba-ssm) would be
         # built during stage 1, before torch is installed: stage 1 must skip it (--no-install-package)
@@ -286,7 +295,7 @@ def _lock_into(matrix: Matrix, req: ResolveRequest, opts: LockOptions, res: Reso
             if changed:
                 raise LockOutOfDateError(
                     f"{out} is out of date: {_stale_summary(staging, real, names)}",
-                    f"run: {opts.check_fix or f'envbuilder lock --nemo {req.nemo} -o {out}'}")
+                    f"run: {opts.check_fix or f'envbuilder lock --{req.row_option} {req.row} -o {out}'}")
         elif changed:
             commit_files(staging, real, names, remove=owned_files(real))
         timings["total"] = time.monotonic() - t0

@@ -264,7 +264,7 @@ def build_record(res: Resolution, req: ResolveRequest, lockdir: Path, uv_version
         mode=res.mode,
         source=res.source,
         inputs={
-            "nemo": req.nemo, "python": req.python, "cuda": req.cuda, "torch": req.torch,
+            req.row_option: req.row, "python": req.python, "cuda": req.cuda, "torch": req.torch,
             "torch_index": req.torch_index, "set": [f"{n}=={v}" for n, v in req.overrides],
             "source": req.source, "mode": req.mode, "glibc": req.glibc,
             "allow_minor_compat": req.allow_minor_compat, "find_links": find_links_used,

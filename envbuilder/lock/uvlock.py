@@ -35,6 +35,8 @@ class LockedPackage:
     has_sdist: bool
     dependencies: tuple[Edge, ...] = ()
     optional: dict[str, tuple[Edge, ...]] | None = None  # extra -> dependencies
+    sdist_url: str | None = None
+    sdist_sha256: str | None = None
 
     @property
     def from_registry(self) -> bool:
@@ -87,11 +89,15 @@ def _parse_toml(text: str) -> tuple[LockedPackage, ...]:
         wheels = tuple(w.get("url", w.get("path", w.get("filename", ""))).rsplit("/", 1)[-1]
                        for w in pkg.get("wheels", []))
         src = pkg.get("source", {})
+        sdist = pkg.get("sdist") or {}
+        sdist_hash = str(sdist.get("hash", ""))
         out.append(LockedPackage(
             name=pkg["name"], version=str(pkg.get("version", "")),
             source={k: str(v) for k, v in src.items()}, wheels=wheels, has_sdist="sdist" in pkg,
             dependencies=_edges(pkg.get("dependencies", [])),
             optional={extra: _edges(deps) for extra, deps in pkg.get("optional-dependencies", {}).items()},
+            sdist_url=str(sdist["url"]) if "url" in sdist else None,
+            sdist_sha256=sdist_hash.removeprefix("sha256:") if sdist_hash.startswith("sha256:") else None,
         ))
     return tuple(out)
 

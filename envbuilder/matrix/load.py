@@ -18,7 +18,10 @@ from packaging.version import InvalidVersion, Version
 
 from envbuilder.errors import MatrixFileError
 from envbuilder.matrix.model import (
+    CONTAINER_PREFIX,
     NONE,
+    OPTIONAL_ROW_FACTS,
+    ROW_FACTS,
     UNKNOWN,
     BuildPackage,
     CudaRelease,
@@ -44,13 +47,9 @@ SCHEMA_VERSION = 1
 # Facts every release row must carry, with the check applied to known values.
 VERSION_FIELDS = (
     "pypi_version", "torch", "transformer_engine", "flash_attn", "mamba_ssm", "causal_conv1d",
-    "megatron_core", "nemo_run", "lightning",
+    "megatron_core", "nemo_run", "lightning", "megatron_bridge",
 )
-RELEASE_FACTS = (
-    "release_date", "pypi_version", "container", "python", "torch", "torch_cuda_variant", "cuda",
-    "cudnn", "transformer_engine", "flash_attn", "mamba_ssm", "causal_conv1d", "megatron_core",
-    "nemo_run", "lightning", "exclude_newer",
-)
+RELEASE_FACTS = ROW_FACTS
 
 
 class _File:
@@ -184,6 +183,8 @@ RELEASE_CHECKS: dict[str, Check] = {f: _check_version for f in VERSION_FIELDS}
 RELEASE_CHECKS.update({
     "release_date": _check_date, "exclude_newer": _check_date, "python": _check_specifier,
     "cuda": _check_cuda, "container": _check_str, "torch_cuda_variant": _check_str, "cudnn": _check_str,
+    "container_torch": _check_str, "container_cuda": _check_version, "container_cudnn": _check_str,
+    "cuda_toolkit": _check_version,
 })
 
 
@@ -223,12 +224,26 @@ def _plain(f: _File, table: str, i: int, row: dict[str, Any], key: str, check: C
 def _load_releases(f: _File) -> list[Release]:
     out: list[Release] = []
     for i, row in enumerate(f.rows("release")):
-        tag = _plain(f, "release", i, row, "nemo", _check_str)
+        if ("nemo" in row) == ("release" in row):
+            raise f.error("release", i, None, "needs exactly one key: nemo (a NeMo tag) or release (a NeMo "
+                          "Framework release built around Megatron-Bridge)",
+                          'write nemo = "v2.6.0" or release = "26.04"')
+        nemo = _plain(f, "release", i, row, "nemo", _check_str) if "nemo" in row else None
+        name = nemo or str(_plain(f, "release", i, row, "release", _check_release))
         facts: dict[str, Fact] = {}
-        for key in RELEASE_FACTS:
-            fact = _fact(f, "release", i, row, key, RELEASE_CHECKS.get(key, _check_any))
-            assert fact is not None
-            facts[key] = fact
+        for key in (*RELEASE_FACTS, *OPTIONAL_ROW_FACTS):
+            fact = _fact(f, "release", i, row, key, RELEASE_CHECKS.get(key, _check_any),
+                         required=key in RELEASE_FACTS)
+            if fact is not None:
+                facts[key] = fact
+        if nemo is None:
+            if "megatron_bridge" not in facts:
+                raise f.error("release", i, None, "a release row needs megatron_bridge",
+                              "add megatron_bridge = { value = ..., source = ... }")
+            container = facts["container"]
+            if container.known and str(container.value) != f"{CONTAINER_PREFIX}{name}":
+                raise f.error("release", i, "container", f"release {name} names another container",
+                              f'write container = {{ value = "{CONTAINER_PREFIX}{name}", ... }}')
         notes = []
         for n in row.get("notes", []):
             if not isinstance(n, dict) or not n.get("text") or not n.get("source"):
@@ -242,19 +257,23 @@ def _load_releases(f: _File) -> list[Release]:
         if not isinstance(extra, list):
             raise f.error("release", i, "stage1_extra", "must be a list of requirement strings", "fix the list")
         names = row.get("packages", {})
-        if not isinstance(names, dict) or not all(k in RELEASE_FACTS and isinstance(v, str) for k, v in names.items()):
+        if not isinstance(names, dict) or not all(k in facts and isinstance(v, str) for k, v in names.items()):
             raise f.error("release", i, "packages", "must map release fields to PyPI names",
                           'write packages = { lightning = "pytorch-lightning" }')
         extras = row.get("nemo_extras", ["all"])
         if not isinstance(extras, list) or not all(isinstance(x, str) and x for x in extras):
             raise f.error("release", i, "nemo_extras", "must be a list of extra names", 'write ["all", "cu12"]')
-        out.append(Release(
-            nemo=tag, facts=facts, notes=tuple(notes), prefer=row.get("prefer"),
+        out.append(Release.from_facts(
+            name, facts, nemo=nemo, notes=tuple(notes), prefer=row.get("prefer"),
             test_only=bool(row.get("test_only", False)), stage1_extra=tuple(str(x) for x in extra),
             stage2_env=dict(env), location=Location(f.path.name, f.row_line("release", i)),
             package_names=dict(names), nemo_extras=tuple(extras),
         ))
     return out
+
+
+def _check_release(v: Any) -> str | None:
+    return None if re.fullmatch(r"\d\d\.\d\d(\.\d\d)?", str(v)) else f"'{v}' is not a release tag (like '26.04')"
 
 
 def _load_cuda(f: _File) -> tuple[list[CudaRelease], dict[int, Fact], Note | None]:
@@ -388,9 +407,9 @@ def load_matrix(directory: Path | None = None) -> Matrix:
             releases.extend(_load_releases(f))
     seen: set[str] = set()
     for r in releases:
-        if r.nemo in seen:
-            raise MatrixFileError(f"{r.location}: duplicate release '{r.nemo}'", "keep one row per tag")
-        seen.add(r.nemo)
+        if r.name in seen:
+            raise MatrixFileError(f"{r.location}: duplicate row '{r.name}'", "keep one row per tag or release")
+        seen.add(r.name)
     cuda_f = opt("cuda.toml")
     cuda, minor, fwd = _load_cuda(cuda_f) if cuda_f else ([], {}, None)
     torch_f, te_f = opt("torch.toml"), opt("transformer_engine.toml")

@@ -44,12 +44,49 @@ class Location:
         return f"{self.file}:{self.line}"
 
 
+# Facts every row carries (matrices/README.md). The hermetic wheel stack is torch /
+# torch_cuda_variant / cuda / cudnn (/ cuda_toolkit); the container's stack is container_*.
+ROW_FACTS = (
+    "release_date", "pypi_version", "container", "python", "torch", "torch_cuda_variant", "cuda",
+    "cudnn", "transformer_engine", "flash_attn", "mamba_ssm", "causal_conv1d", "megatron_core",
+    "nemo_run", "lightning", "exclude_newer",
+)
+# Facts a row may leave out: Megatron-Bridge (rows built around it), the container's own stack,
+# and the exact CUDA toolkit release the hermetic torch wheel bundles.
+OPTIONAL_ROW_FACTS = ("megatron_bridge", "container_torch", "container_cuda", "container_cudnn", "cuda_toolkit")
+NOT_RECORDED = Fact(UNKNOWN, "not recorded for this row")
+NOT_IN_ROW = Fact(NONE, "not part of this row")
+CONTAINER_PREFIX = "nvcr.io/nvidia/nemo:"
+
+
 @dataclass(frozen=True)
 class Release:
-    """One NeMo release tag (or a test-only profile)."""
+    """One matrix row: a NeMo release tag (`nemo`), a NeMo Framework release built around
+    Megatron-Bridge (`release`, no nemo-toolkit), or a test-only profile. `name` is its key."""
 
-    nemo: str
-    facts: dict[str, Fact]
+    name: str
+    release_date: Fact
+    pypi_version: Fact  # nemo-toolkit on PyPI
+    container: Fact
+    python: Fact
+    torch: Fact
+    torch_cuda_variant: Fact
+    cuda: Fact
+    cudnn: Fact
+    transformer_engine: Fact
+    flash_attn: Fact
+    mamba_ssm: Fact
+    causal_conv1d: Fact
+    megatron_core: Fact
+    nemo_run: Fact
+    lightning: Fact
+    exclude_newer: Fact
+    megatron_bridge: Fact = NOT_IN_ROW
+    container_torch: Fact = NOT_RECORDED
+    container_cuda: Fact = NOT_RECORDED  # full toolkit version, e.g. 13.1.1
+    container_cudnn: Fact = NOT_RECORDED
+    cuda_toolkit: Fact = NOT_RECORDED  # the hermetic wheel's toolkit release, e.g. 13.0.2
+    nemo: str | None = None  # the NeMo tag of a NeMo row
     notes: tuple[Note, ...] = ()
     prefer: str | None = None
     test_only: bool = False
@@ -59,17 +96,41 @@ class Release:
     # PyPI name per component field where it differs from the default (v2.0.0: pytorch-lightning)
     package_names: dict[str, str] = field(default_factory=dict)
     nemo_extras: tuple[str, ...] = ("all",)
+    # fields the matrix file wrote (an optional fact left out is not part of the lock's inputs)
+    recorded: frozenset[str] = frozenset(ROW_FACTS)
+
+    @classmethod
+    def from_facts(cls, name: str, facts: dict[str, Fact], **kw: Any) -> Release:
+        missing = [k for k in ROW_FACTS if k not in facts]
+        if missing:
+            raise KeyError(f"row {name} lacks {', '.join(missing)}")
+        known: dict[str, Any] = {k: v for k, v in facts.items() if k in ROW_FACTS or k in OPTIONAL_ROW_FACTS}
+        return cls(name=name, recorded=frozenset(known), **known, **kw)
+
+    @property
+    def facts(self) -> dict[str, Fact]:
+        """Every fact of the row by field name (optional ones only when the file wrote them)."""
+        return {k: self.fact(k) for k in (*ROW_FACTS, *OPTIONAL_ROW_FACTS) if k in self.recorded}
 
     def fact(self, name: str) -> Fact:
-        return self.facts[name]
+        if name not in ROW_FACTS and name not in OPTIONAL_ROW_FACTS:
+            raise KeyError(name)
+        value: Fact = getattr(self, name)
+        return value
 
-    def __getattr__(self, name: str) -> Fact:
-        # rows read naturally: row.torch.value, row.cuda.source
-        facts = self.__dict__.get("facts", {})
-        if name in facts:
-            fact: Fact = facts[name]
-            return fact
-        raise AttributeError(name)
+    @property
+    def label(self) -> str:
+        """How messages name the row: "nemo v2.3.0", "release 26.04"."""
+        if self.nemo is not None:
+            return f"nemo {self.nemo}"
+        return f"release {self.name}"
+
+    @property
+    def release(self) -> str | None:
+        """The NeMo Framework release (container tag) this row ships in: "25.11", "26.04"."""
+        value = str(self.container.value)
+        return value.removeprefix(CONTAINER_PREFIX) if self.container.known and \
+            value.startswith(CONTAINER_PREFIX) else None
 
 
 @dataclass(frozen=True)
@@ -160,14 +221,37 @@ class Matrix:
     python_requirements: tuple[PythonRequirement, ...] = ()
     gpus: tuple[Gpu, ...] = ()
 
-    def tags(self, include_test: bool = False) -> list[str]:
-        return [r.nemo for r in self.releases if include_test or not r.test_only]
+    def names(self, include_test: bool = False) -> list[str]:
+        return [r.name for r in self.releases if include_test or not r.test_only]
 
-    def find_release(self, tag: str) -> Release | None:
-        wanted = tag if tag.startswith("v") or tag in self.tags(True) else f"v{tag}"
+    def find_release(self, key: str) -> Release | None:
+        """A row by its name, NeMo tag (with or without the v), release ("25.11") or
+        Megatron-Bridge version ("0.4.0")."""
+        return (self.find_row(name=key) or self.find_row(nemo=key) or self.find_row(release=key)
+                or self.find_row(mbridge=key))
+
+    def find_row(self, name: str | None = None, nemo: str | None = None, release: str | None = None,
+                 mbridge: str | None = None) -> Release | None:
+        """The row matching the one key given. A release or Megatron-Bridge version shipped by
+        several rows resolves to the first (the one the container holds)."""
         for r in self.releases:
-            if r.nemo == wanted:
+            if name is not None and r.name == name:
                 return r
+            if nemo is not None and r.nemo is not None and r.nemo in (nemo, f"v{nemo}"):
+                return r
+            if release is not None and r.release == release:
+                return r
+            if mbridge is not None and r.megatron_bridge.known and \
+                    _same_version(str(r.megatron_bridge.value), mbridge):
+                return r
+        return None
+
+    def cuda_release(self, version: str) -> CudaRelease | None:
+        """The CUDA toolkit release with this full version (13.0.2), if recorded."""
+        want = _vkey(version) + (0,) * (3 - len(_vkey(version)))
+        for c in self.cuda_releases:
+            if _vkey(c.version) == want:
+                return c
         return None
 
     def cuda_min_driver(self, cuda: str) -> Fact | None:
@@ -202,6 +286,15 @@ class Matrix:
 def _words(needle: str, haystack: str) -> bool:
     """`needle` occurs in `haystack` as whole words: "a10" is not in "a100"."""
     return re.search(rf"(?<![a-z0-9]){re.escape(needle)}(?![a-z0-9])", haystack) is not None
+
+
+def _same_version(a: str, b: str) -> bool:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(a) == Version(b)
+    except InvalidVersion:
+        return a == b
 
 
 def _vkey(v: str) -> tuple[int, ...]:

@@ -62,7 +62,7 @@ def make_plan(matrix: Matrix, rows: list[str] | None, level: int, env: Mapping[s
               include_test: bool = False) -> Plan:
     """All rows `matrix list` shows (or the named ones, in matrix order), each with its runner labels."""
     env = os.environ if env is None else env
-    known = matrix.tags(include_test=True)
+    known = matrix.names(include_test=True)
     if rows:
         unknown = [r for r in rows if r not in known]
         if unknown:
@@ -70,6 +70,6 @@ def make_plan(matrix: Matrix, rows: list[str] | None, level: int, env: Mapping[s
                                   "pick rows from `envbuilder matrix list --all`")
         chosen = [t for t in known if t in set(rows)]
     else:
-        chosen = matrix.tags(include_test=include_test)
+        chosen = matrix.names(include_test=include_test)
     labels = runner_for(level, env)
     return Plan([PlanRow(r, level, labels) for r in chosen])

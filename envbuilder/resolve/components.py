@@ -18,6 +18,8 @@ COMPONENTS: tuple[Component, ...] = (
     Component("torch", "torch", 1),
     Component("nemo-toolkit", "pypi_version", 1, "https://github.com/NVIDIA/NeMo.git", "v{version}"),
     Component("megatron-core", "megatron_core", 1, "https://github.com/NVIDIA/Megatron-LM.git", "core_v{version}"),
+    Component("megatron-bridge", "megatron_bridge", 1, "https://github.com/NVIDIA-NeMo/Megatron-Bridge.git",
+              "v{version}"),
     Component("nemo-run", "nemo_run", 1, "https://github.com/NVIDIA/NeMo-Run.git", "v{version}"),
     # NeMo 2.x constrains the `lightning` distribution (not `pytorch-lightning`)
     Component("lightning", "lightning", 1),
@@ -29,7 +31,7 @@ COMPONENTS: tuple[Component, ...] = (
 )
 
 BY_NAME = {c.name: c for c in COMPONENTS}
-ALIASES = {"nemo": "nemo-toolkit", "te": "transformer-engine",
+ALIASES = {"nemo": "nemo-toolkit", "mbridge": "megatron-bridge", "te": "transformer-engine",
            "transformer-engine-torch": "transformer-engine", "flash-attention": "flash-attn"}
 
 

@@ -20,9 +20,13 @@ class HostFacts:
     gpu_count: int | None = None
 
 
+# How a request names its matrix row: the CLI option, and the Matrix.find_row keyword it maps to.
+ROW_OPTIONS = ("nemo", "release", "mbridge")
+
+
 @dataclass(frozen=True)
 class ResolveRequest:
-    nemo: str
+    row: str  # the row as the user named it: a NeMo tag, a release ("26.04") or a Megatron-Bridge version
     python: str | None = None
     cuda: str | None = None
     torch: str | None = None
@@ -33,6 +37,7 @@ class ResolveRequest:
     glibc: str = "2.35"
     host: HostFacts = field(default_factory=HostFacts)
     allow_minor_compat: bool = False
+    row_option: str = "nemo"  # which of ROW_OPTIONS `row` is
 
 
 _SET_RE = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*==\s*([A-Za-z0-9_.+!\-]+)\s*$")

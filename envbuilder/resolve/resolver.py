@@ -14,8 +14,9 @@ from packaging.version import InvalidVersion, Version
 from envbuilder.choices import MODES, SOURCES, TORCH_INDEXES
 from envbuilder.errors import InvalidOptionError, ResolveConflictError, UnknownPackageError, UnknownTagError
 from envbuilder.matrix.model import Fact, Matrix, Note, Release
+from envbuilder.matrix.stacks import Stack, row_stacks
 from envbuilder.resolve.components import BY_NAME, COMPONENTS, Component, te_parts
-from envbuilder.resolve.request import ResolveRequest
+from envbuilder.resolve.request import ROW_OPTIONS, ResolveRequest
 
 PYTHON_CANDIDATES = ("3.10", "3.11", "3.12", "3.13")
 
@@ -71,15 +72,30 @@ def driver_tuple(s: str) -> tuple[int, ...]:
 
 def _prov(row: Release, fld: str) -> str:
     loc = row.location.file if row.location else "nemo.toml"
-    return f"matrix:{loc}#{row.nemo}.{fld}"
+    return f"matrix:{loc}#{row.name}.{fld}"
 
 
-def _find_row(matrix: Matrix, tag: str) -> Release:
-    row = matrix.find_release(tag)
+def find_row(matrix: Matrix, key: str, option: str = "nemo") -> Release:
+    """The row named by --nemo (a NeMo tag or test profile), --release or --mbridge."""
+    if option not in ROW_OPTIONS:
+        raise InvalidOptionError(f"unknown row option '{option}'", f"use one of {', '.join(ROW_OPTIONS)}")
+    if option == "nemo":
+        row = matrix.find_row(nemo=key)
+        profile = matrix.find_row(name=key) if row is None else None
+        row = row or (profile if profile is not None and profile.test_only else None)
+        known = [r.nemo or r.name for r in matrix.releases if not r.test_only and r.nemo]
+        what = "NeMo tag"
+    elif option == "release":
+        row = matrix.find_row(release=key)
+        known = [str(r.release) for r in matrix.releases if r.release]
+        what = "release"
+    else:
+        row = matrix.find_row(mbridge=key)
+        known = sorted({str(r.megatron_bridge.value) for r in matrix.releases if r.megatron_bridge.known})
+        what = "Megatron-Bridge version"
     if row is None:
-        known = ", ".join(matrix.tags())
-        raise UnknownTagError(f"unknown NeMo tag '{tag}'; known tags: {known}",
-                              "pick one of the known tags (envbuilder matrix list)")
+        raise UnknownTagError(f"unknown {what} '{key}'; known: {', '.join(dict.fromkeys(known))}",
+                              "pick a row from `envbuilder matrix list`")
     return row
 
 
@@ -106,6 +122,8 @@ def _versions(row: Release, req: ResolveRequest, overrides: dict[str, str]
     chosen: dict[str, tuple[str, str]] = {}
     omitted: dict[str, str] = {}
     for comp in COMPONENTS:
+        if comp.field not in row.recorded and comp.name not in overrides:
+            continue  # an optional field this row does not have (Megatron-Bridge in a NeMo row)
         if comp.name in overrides:
             value, prov = overrides[comp.name], f"override:--set {comp.name}=={overrides[comp.name]}"
         elif comp.name == "torch" and req.torch:
@@ -139,7 +157,7 @@ def _python_range(matrix: Matrix, row: Release, chosen: dict[str, tuple[str, str
     """Every Python constraint in force, each with who imposes it."""
     ranges: list[tuple[SpecifierSet, str]] = []
     if row.python.known:
-        ranges.append((_Range(str(row.python.value)), f"nemo {row.nemo}"))
+        ranges.append((_Range(str(row.python.value)), row.label))
     if "torch" in chosen:
         info = matrix.torch.get(chosen["torch"][0])
         if info is not None and info.python.known:
@@ -180,6 +198,10 @@ def _choose_cuda(matrix: Matrix, req: ResolveRequest, row: Release, torch_versio
     warnings: list[str] = []
     row_cuda = str(row.cuda.value) if row.cuda.known else None
     cuda, cuda_prov = row_cuda, _prov(row, "cuda")
+    if req.mode == "ngc-base" and row.container_cuda.known:
+        # the container's own toolkit builds stage 2 and sets the driver floor
+        row_cuda = ".".join(str(row.container_cuda.value).split(".")[:2])
+        cuda, cuda_prov = row_cuda, _prov(row, "container_cuda")
     if req.cuda:
         if req.mode == "ngc-base":
             raise ResolveConflictError(
@@ -221,13 +243,27 @@ def _variant_to_cuda(variant: str) -> str:
     return f"{digits[:-1]}.{digits[-1]}" if digits.isdigit() and len(digits) >= 2 else variant
 
 
+def _stack(matrix: Matrix, req: ResolveRequest, row: Release) -> Stack | None:
+    """The stack a lock installs: the container's for --mode ngc-base (when the row records it),
+    else the hermetic wheels'."""
+    stacks = row_stacks(matrix, row)
+    if req.mode == "ngc-base" and row.container_cuda.known:
+        return stacks["container"]
+    return stacks["hermetic"]
+
+
 def _check_driver(matrix: Matrix, req: ResolveRequest, row: Release, cuda: str | None
                   ) -> tuple[str | None, list[str]]:
     """Minimum driver for the CUDA in use; raises when the (given or detected) driver is older."""
     warnings: list[str] = []
     if cuda is None:
         return None, warnings
-    fact = matrix.cuda_min_driver(cuda)
+    stack = _stack(matrix, req, row)
+    if stack is not None and str(stack.cuda.value) == cuda:
+        # the exact toolkit release of the stack in use (an update may need a newer driver than its GA)
+        fact: Fact | None = stack.min_driver
+    else:
+        fact = matrix.cuda_min_driver(cuda)
     if fact is None or not fact.known:
         warnings.append(f"minimum driver for CUDA {cuda} unknown (not in matrices/cuda.toml)")
         return None, warnings
@@ -246,7 +282,7 @@ def _check_driver(matrix: Matrix, req: ResolveRequest, row: Release, cuda: str |
                         f"(>= {floor.value}); PTX JIT and newer-driver features are unavailable")
         return need, warnings
     raise ResolveConflictError(
-        f"driver {have} ({where}) < {need} needed by CUDA {cuda} (nemo {row.nemo})",
+        f"driver {have} ({where}) < {need} needed by CUDA {cuda} ({row.label})",
         "upgrade the driver, use forward compatibility (data-center GPUs only), "
         "or pass --allow-minor-compat / choose an older --nemo row")
 
@@ -280,8 +316,13 @@ def _rows_accepting_flash(matrix: Matrix, flash: str) -> list[str]:
             continue
         te = matrix.transformer_engine.get(str(r.transformer_engine.value))
         if te is not None and te.flash_attn.known and Version(flash) in SpecifierSet(str(te.flash_attn.value)):
-            out.append(r.nemo)
+            out.append(row_option(r))
     return out
+
+
+def row_option(row: Release) -> str:
+    """The CLI option that selects this row."""
+    return f"--nemo {row.nemo}" if row.nemo is not None else f"--release {row.name}"
 
 
 def _check_flash_vs_te(matrix: Matrix, row: Release, chosen: dict[str, tuple[str, str]],
@@ -297,8 +338,8 @@ def _check_flash_vs_te(matrix: Matrix, row: Release, chosen: dict[str, tuple[str
         return []
     rows = _rows_accepting_flash(matrix, flash)
     blame = "--set flash-attn" if "flash-attn" in overrides else (
-        "--set transformer-engine" if "transformer-engine" in overrides else f"matrix row {row.nemo}")
-    fix = f"drop {blame}" + (f" or use --nemo {rows[-1]}" if rows else "")
+        "--set transformer-engine" if "transformer-engine" in overrides else f"matrix row {row.name}")
+    fix = f"drop {blame}" + (f" or use {rows[-1]}" if rows else "")
     raise ResolveConflictError(
         f"flash-attn {flash} is outside transformer-engine {te_version}'s accepted range ({spec})", fix)
 
@@ -313,7 +354,7 @@ def _check_mode(req: ResolveRequest, row: Release) -> None:
     if req.mode == "ngc-base":
         if not row.container.known:
             raise ResolveConflictError(
-                f"--mode ngc-base needs the NGC container of nemo {row.nemo}, which the matrix does not know",
+                f"--mode ngc-base needs the NGC container of {row.label}, which the matrix does not know",
                 "use --mode hermetic")
         if req.torch:
             raise ResolveConflictError(
@@ -327,7 +368,7 @@ def _build_env(matrix: Matrix, row: Release, stage2: list[str]) -> dict[str, str
 
 
 def resolve(matrix: Matrix, req: ResolveRequest) -> Resolution:
-    row = _find_row(matrix, req.nemo)
+    row = find_row(matrix, req.row, req.row_option)
     _check_mode(req, row)
     overrides = _check_overrides(req)
     if req.torch and "torch" in overrides:
@@ -377,10 +418,10 @@ def resolve(matrix: Matrix, req: ResolveRequest) -> Resolution:
         if note.severity == "warn":
             warnings.append(note.text)
     if row.prefer:
-        warnings.append(f"nemo {row.nemo} is superseded: prefer --nemo {row.prefer}")
+        warnings.append(f"{row.label} is superseded: prefer --nemo {row.prefer}")
 
     return Resolution(
-        row=row.nemo, mode=req.mode, source=req.source, python=python, requires_python=requires_python,
+        row=row.name, mode=req.mode, source=req.source, python=python, requires_python=requires_python,
         cuda=cuda, cudnn=str(row.cudnn.value) if row.cudnn.known else None, torch_variant=variant,
         torch_index=torch_index, min_driver=min_driver, glibc=req.glibc,
         container=str(row.container.value) if row.container.known else None,

@@ -1,0 +1,125 @@
+"""Reading sdists: file lists, CUDA sources, PKG-INFO; the no-CUDA-sources error."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from envbuilder.errors import NoCudaSourcesError, SdistFetchError
+from envbuilder.lock.kernel_sources import check_kernel_sources, require_cuda_sources
+from envbuilder.lock.sdist import fetch_sdist, read_sdist
+from envbuilder.lock.uvlock import LockedPackage
+from envbuilder.resolve.resolver import Pin
+
+PKG_INFO = b"""Metadata-Version: 2.1
+Name: causal_conv1d
+Version: {v}
+Requires-Dist: torch
+Requires-Dist: packaging
+Requires-Dist: ninja
+Requires-Python: >=3.9
+"""
+
+
+def make_sdist(dest: Path, name: str, version: str, files: dict[str, bytes]) -> Path:
+    """A real .tar.gz laid out like setuptools writes it: <name>-<version>/..."""
+    path = dest / f"{name}-{version}.tar.gz"
+    top = f"{name}-{version}"
+    with tarfile.open(path, "w:gz") as tar:
+        for rel, data in {"PKG-INFO": PKG_INFO.replace(b"{v}", version.encode()), **files}.items():
+            info = tarfile.TarInfo(f"{top}/{rel}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_read_sdist_lists_files_cuda_sources_and_pkg_info(tmp_path: Path) -> None:
+    path = make_sdist(tmp_path, "causal_conv1d", "1.6.0", {
+        "setup.py": b"import torch\n", "csrc/causal_conv1d_fwd.cu": b"//", "csrc/static_switch.h": b"//",
+        "csrc/reduce.cuh": b"//", "causal_conv1d.egg-info/PKG-INFO": b"Name: other\n"})
+    contents = read_sdist(path)
+    assert contents.cuda_sources == ("causal_conv1d-1.6.0/csrc/causal_conv1d_fwd.cu",
+                                     "causal_conv1d-1.6.0/csrc/reduce.cuh")
+    assert contents.pkg_info is not None
+    assert contents.pkg_info["requires-dist"] == ["torch", "packaging", "ninja"]  # the top PKG-INFO, not egg-info
+    assert contents.pkg_info["name"] == ["causal_conv1d"]
+    require_cuda_sources("causal-conv1d", "1.6.0", contents)  # no error
+
+
+def test_sdist_without_cuda_sources_is_a_typed_error_with_a_fix(tmp_path: Path) -> None:
+    # the layout of PyPI's causal-conv1d 1.2.2.post1: python sources and setup.py, no csrc/
+    path = make_sdist(tmp_path, "causal_conv1d", "1.2.2.post1", {
+        "setup.py": b"import torch\n", "causal_conv1d/__init__.py": b"",
+        "causal_conv1d/causal_conv1d_interface.py": b""})
+    with pytest.raises(NoCudaSourcesError) as err:
+        require_cuda_sources("causal-conv1d", "1.2.2.post1", read_sdist(path))
+    assert err.value.exit_code == 62  # shared with `wheels`, which refuses the same sdists
+    assert "holds no CUDA sources" in err.value.cause and "without kernels" in err.value.cause
+    assert err.value.fix is not None and "--source git" in err.value.fix
+
+
+def _res_with_stage2(name: str, version: str, git: bool = False) -> object:
+    class Res:
+        def stage(self, n: int) -> list[Pin]:
+            url = "https://github.com/x/y.git" if git else None
+            return [Pin(name, version, 2, "test", url, "v1" if git else None)] if n == 2 else []
+    return Res()
+
+
+def test_check_kernel_sources_fetches_by_hash_and_refuses(tmp_path: Path) -> None:
+    bad = make_sdist(tmp_path, "mamba_ssm", "2.2.0", {"setup.py": b"", "mamba_ssm/__init__.py": b""})
+    digest = hashlib.sha256(bad.read_bytes()).hexdigest()
+    pkg = LockedPackage("mamba-ssm", "2.2.0", {"registry": "https://pypi.org/simple"}, (), True,
+                        sdist_url=bad.as_uri(), sdist_sha256=digest)
+    cache = tmp_path / "cache"
+
+    def fetch(url: str, sha: str | None, ca: Path | None) -> Path:
+        return fetch_sdist(url, sha, ca, cache=cache)  # the real download path, over file://
+
+    with pytest.raises(NoCudaSourcesError, match=r"mamba-ssm 2\.2\.0"):
+        check_kernel_sources(_res_with_stage2("mamba-ssm", "2.2.0"), [pkg], fetch=fetch)  # type: ignore[arg-type]
+    assert (cache / digest / bad.name).is_file()  # content-addressed cache
+    # a git pin builds from the tag's tree: not checked
+    assert check_kernel_sources(_res_with_stage2("mamba-ssm", "2.2.0", git=True), [pkg],  # type: ignore[arg-type]
+                                fetch=fetch) == []
+    # a wrong hash is a fetch error, never a silent pass
+    wrong = LockedPackage("mamba-ssm", "2.2.0", {"registry": "x"}, (), True, sdist_url=bad.as_uri(),
+                          sdist_sha256="0" * 64)
+    with pytest.raises(SdistFetchError, match="does not match"):
+        check_kernel_sources(_res_with_stage2("mamba-ssm", "2.2.0"), [wrong], fetch=fetch)  # type: ignore[arg-type]
+
+
+def test_check_kernel_sources_passes_an_sdist_with_kernels(tmp_path: Path) -> None:
+    good = make_sdist(tmp_path, "mamba_ssm", "2.2.5", {"csrc/selective_scan/selective_scan_fwd_fp16.cu": b"//"})
+    pkg = LockedPackage("mamba-ssm", "2.2.5", {"registry": "x"}, (), True, sdist_url=good.as_uri(),
+                        sdist_sha256=hashlib.sha256(good.read_bytes()).hexdigest())
+    out = check_kernel_sources(_res_with_stage2("mamba-ssm", "2.2.5"), [pkg],  # type: ignore[arg-type]
+                               fetch=lambda u, s, c: fetch_sdist(u, s, c, cache=tmp_path / "c"))
+    assert [c.to_dict() for c in out] == [{"package": "mamba-ssm", "version": "2.2.5",
+                                           "filename": "mamba_ssm-2.2.5.tar.gz", "files": 2, "cuda_sources": 1}]
+
+
+@pytest.mark.integration
+def test_pypi_mamba_ssm_220_and_causal_conv1d_1221_have_no_cuda_sources(tmp_path: Path) -> None:
+    """The real PyPI sdists the v2.2/v2.3 rows pin (URLs and hashes as uv.lock records them)."""
+    import json
+    import urllib.parse
+    import urllib.request
+
+    for name, version in (("mamba-ssm", "2.2.0"), ("causal-conv1d", "1.2.2.post1"), ("mamba-ssm", "2.2.5")):
+        with urllib.request.urlopen(f"https://pypi.org/pypi/{name}/json", timeout=60) as resp:
+            files = json.load(resp)["releases"][version]
+        sdist = next(f for f in files if f["packagetype"] == "sdist")
+        url = sdist["url"] if sdist["url"].startswith("http") else \
+            urllib.parse.urljoin(f"https://pypi.org/pypi/{name}/json", sdist["url"])
+        contents = read_sdist(fetch_sdist(url, sdist["digests"]["sha256"], cache=tmp_path))
+        if version == "2.2.5":
+            assert len(contents.cuda_sources) >= 10
+        else:
+            assert contents.cuda_sources == ()
+            with pytest.raises(NoCudaSourcesError):
+                require_cuda_sources(name, version, contents)
