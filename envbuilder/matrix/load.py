@@ -25,6 +25,7 @@ from envbuilder.matrix.model import (
     UNKNOWN,
     BuildPackage,
     CudaRelease,
+    DroppedPackage,
     Fact,
     Gpu,
     Location,
@@ -166,6 +167,8 @@ def _check_by_version(v: Any) -> str | None:
         problem = _check_specifier(entry.get("versions", ""))
         if problem:
             return problem
+        if not isinstance(entry.get("provides_extras", []), list):
+            return "provides_extras must be a list of extra names"
     return None
 
 
@@ -263,11 +266,17 @@ def _load_releases(f: _File) -> list[Release]:
         extras = row.get("nemo_extras", ["all"])
         if not isinstance(extras, list) or not all(isinstance(x, str) and x for x in extras):
             raise f.error("release", i, "nemo_extras", "must be a list of extra names", 'write ["all", "cu12"]')
+        dropped = []
+        for d in row.get("drop_packages", []):
+            if not isinstance(d, dict) or not d.get("package") or not d.get("text") or not d.get("source"):
+                raise f.error("release", i, "drop_packages", "each entry needs package, text and source",
+                              'write { package = "name", text = "why", source = "..." }')
+            dropped.append(DroppedPackage(str(d["package"]), str(d["text"]), str(d["source"])))
         out.append(Release.from_facts(
             name, facts, nemo=nemo, notes=tuple(notes), prefer=row.get("prefer"),
             test_only=bool(row.get("test_only", False)), stage1_extra=tuple(str(x) for x in extra),
             stage2_env=dict(env), location=Location(f.path.name, f.row_line("release", i)),
-            package_names=dict(names), nemo_extras=tuple(extras),
+            package_names=dict(names), nemo_extras=tuple(extras), drop_packages=tuple(dropped),
         ))
     return out
 

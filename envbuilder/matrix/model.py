@@ -36,6 +36,15 @@ class Note:
 
 
 @dataclass(frozen=True)
+class DroppedPackage:
+    """A dependency a hermetic lock leaves out, because PyPI has no usable release of it."""
+
+    package: str
+    text: str
+    source: str
+
+
+@dataclass(frozen=True)
 class Location:
     file: str
     line: int
@@ -96,6 +105,8 @@ class Release:
     # PyPI name per component field where it differs from the default (v2.0.0: pytorch-lightning)
     package_names: dict[str, str] = field(default_factory=dict)
     nemo_extras: tuple[str, ...] = ("all",)
+    # packages left out of a hermetic lock (rendered as never-installed overrides), each with why
+    drop_packages: tuple[DroppedPackage, ...] = ()
     # fields the matrix file wrote (an optional fact left out is not part of the lock's inputs)
     recorded: frozenset[str] = frozenset(ROW_FACTS)
 
@@ -178,6 +189,18 @@ class BuildPackage:
                 if Version(version) in SpecifierSet(str(entry["versions"])):
                     return [str(r) for r in entry["requires_dist"]]
         return self.list_value("requires_dist")
+
+    def provides_extras(self, version: str) -> list[str]:
+        """Extras the matching requires_dist_by_version entry declares ([] when none)."""
+        from packaging.specifiers import SpecifierSet
+        from packaging.version import Version
+
+        by_version = self.facts.get("requires_dist_by_version")
+        if by_version is not None and by_version.known:
+            for entry in by_version.value:
+                if Version(version) in SpecifierSet(str(entry["versions"])):
+                    return [str(x) for x in entry.get("provides_extras", [])]
+        return []
 
     def list_value(self, key: str) -> list[str]:
         fact = self.facts.get(key)

@@ -267,14 +267,22 @@ def interleaved_microbatches(lay: Layout) -> RuleResult:
 # --- sequence ------------------------------------------------------------------------------------
 
 
+# The exact text megatron-core raises, so a user searching for it finds this rule.
+SP_WITHOUT_TP = "Cannot use sequence parallelism without tensor parallelism"
+
+
 def sp_needs_tp(lay: Layout) -> RuleResult:
-    """arguments: 'Disabling sequence parallelism because tensor model parallelism is disabled'."""
+    """ModelParallelConfig.__post_init__ raises ValueError(SP_WITHOUT_TP) when sequence_parallel is
+    set with tensor_model_parallel_size <= 1 (NVIDIA/Megatron-LM:megatron/core/model_parallel_config.py
+    @core_v0.15.0 through @core_v0.19.0; before 0.15 only megatron/training disabled SP with a warning).
+    Every row from NeMo 2.6 / 25.11 on runs megatron-core >= 0.15, so this fails like the library does."""
     name = "sp_tp"
     if not lay.sp:
         return not_applicable(name, "SP off")
     if lay.tp > 1:
         return passed(name, f"SP with TP {lay.tp}")
-    return warned(name, "SP with TP=1 does nothing (Megatron disables it)", "drop --sp or use TP > 1")
+    return failed(name, f"{SP_WITHOUT_TP} (--sp with TP=1: megatron-core >= 0.15 raises this in "
+                        "ModelParallelConfig.__post_init__)", "drop --sp, or use --tp 2 or more")
 
 
 def sp_sequence(lay: Layout) -> RuleResult:

@@ -132,8 +132,9 @@ def render_pyproject(res: Resolution, matrix: Matrix, constraints: list[str] | N
         uv["no-build-isolation-package"] = _array(sorted(p.name for p in stage2))
     if constraints:
         uv["constraint-dependencies"] = _array(sorted(constraints))
-    if res.mode == "ngc-base":
-        uv["override-dependencies"] = _array([f"{n}; sys_platform == 'never'" for n in NGC_KEEP])
+    never = [*(NGC_KEEP if res.mode == "ngc-base" else ()), *res.dropped]
+    if never:
+        uv["override-dependencies"] = _array([f"{n}; sys_platform == 'never'" for n in never])
 
     sources = tomlkit.table()
     if res.torch_index and res.mode != "ngc-base":
@@ -165,6 +166,10 @@ def render_pyproject(res: Resolution, matrix: Matrix, constraints: list[str] | N
             t["name"] = pin.name
             t["version"] = pin.version
             t["requires-dist"] = _array(_requires_dist(matrix, pin, res.cuda), multiline=False)
+            pkg = matrix.build_packages.get(pin.name)
+            extras = pkg.provides_extras(pin.version) if pkg else []
+            if extras:
+                t["provides-extras"] = _array(extras, multiline=False)
             meta.append(t)
         uv["dependency-metadata"] = meta
     tool["uv"] = uv

@@ -57,6 +57,7 @@ class Resolution:
     driver: str | None = None
     host_origin: str = "none"
     nemo_extras: tuple[str, ...] = ("all",)
+    dropped: tuple[str, ...] = ()  # packages the lock must never install (matrix drop_packages)
 
     def stage(self, n: int) -> list[Pin]:
         return [p for _, p in sorted(self.pins.items()) if p.stage == n]
@@ -417,6 +418,8 @@ def resolve(matrix: Matrix, req: ResolveRequest) -> Resolution:
     for note in row.notes:
         if note.severity == "warn":
             warnings.append(note.text)
+    for drop in row.drop_packages:
+        warnings.append(f"{drop.package} is left out: {drop.text}")
     if row.prefer:
         warnings.append(f"{row.label} is superseded: prefer --nemo {row.prefer}")
 
@@ -430,6 +433,7 @@ def resolve(matrix: Matrix, req: ResolveRequest) -> Resolution:
         stage1_extra=row.stage1_extra, stage2_env=_build_env(matrix, row, stage2),
         provenance=dict(sorted(provenance.items())), warnings=tuple(warnings), notes=row.notes,
         sm=sm, driver=req.host.driver, host_origin=req.host.origin, nemo_extras=row.nemo_extras,
+        dropped=tuple(sorted(d.package for d in row.drop_packages)),
     )
 
 
