@@ -85,10 +85,10 @@ def list_rows(include_test: bool, as_json: bool) -> None:
     if as_json:
         emit_json([row_summary(m, r) for r in rows])
         return
-    table = Table("row", "release", "mbridge", "torch", "cuda", "TE", "flash-attn", "mcore", "python", "note")
+    table = Table("row", "container", "mbridge", "torch", "cuda", "TE", "flash-attn", "mcore", "python", "note")
     for r in rows:
         note = f"prefer {r.prefer}" if r.prefer else ""
-        table.add_row(r.name, r.release or "", str(r.megatron_bridge) if r.megatron_bridge.known else "",
+        table.add_row(r.name, str(r.container), str(r.megatron_bridge) if r.megatron_bridge.known else "",
                       str(r.torch), str(r.cuda), str(r.transformer_engine), str(r.flash_attn), str(r.megatron_core),
                       str(r.python), note)
     stdout_console().print(table)

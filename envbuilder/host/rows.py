@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from envbuilder.host.model import HostInfo, sm_key, sm_label, version_key
 from envbuilder.matrix import Matrix, Release
+from envbuilder.matrix.stacks import row_stacks
 
 RowStatus = Literal["ok", "excluded", "unknown"]
 
@@ -30,6 +31,11 @@ class RowNeeds:
     cuda: str | None  # "12.8"; None: the row ships no CUDA code (the smoke profile)
     min_driver: str | None  # Linux driver floor of that CUDA; None: unknown
     kernels: tuple[KernelNeed, ...] = ()
+    label: str = ""  # how messages name the row ("nemo v2.3.0", "release 26.04"); default: nemo TAG
+
+    @property
+    def named(self) -> str:
+        return self.label or f"nemo {self.tag}"
 
 
 @dataclass(frozen=True)
@@ -88,7 +94,7 @@ def _driver_check(row: RowNeeds, driver: str | None, cuda_driver: str | None,
         return "ok", [], []
     if driver is not None and row.min_driver is not None:
         if version_key(driver) < version_key(row.min_driver):
-            reason = f"driver {driver} < {row.min_driver} needed by CUDA {row.cuda} (nemo {row.tag})"
+            reason = f"driver {driver} < {row.min_driver} needed by CUDA {row.cuda} ({row.named})"
             return "excluded", [reason], [_forward_compat_fix(f"{row.min_driver} or newer", gpus)]
         return "ok", [], []
     if cuda_driver is not None:  # no driver floor known: the CUDA version the driver reports decides
@@ -110,11 +116,11 @@ def _arch_check(row: RowNeeds, gpu: HostGpu) -> str | None:
 
     need = ARCH_MIN_CUDA.get(gpu.sm)
     if need is not None and version_key(row.cuda) < version_key(need[0]):
-        return (f"{gpu.name} ({sm_label(gpu.sm)}): CUDA {row.cuda} (nemo {row.tag}) has no code for it; "
+        return (f"{gpu.name} ({sm_label(gpu.sm)}): CUDA {row.cuda} ({row.named}) has no code for it; "
                 f"needs CUDA {need[0]}+")
     lacks = cuda_lacks_sm(row.cuda, gpu.sm)  # every sm, from nvcc's list per release
     if lacks is not None:
-        return f"{gpu.name} ({sm_label(gpu.sm)}): {lacks} (nemo {row.tag})"
+        return f"{gpu.name} ({sm_label(gpu.sm)}): {lacks} ({row.named})"
     return None
 
 
@@ -158,8 +164,9 @@ def row_needs(release: Release, matrix: Matrix) -> RowNeeds:
     cuda = str(cuda_fact.value) if cuda_fact is not None and cuda_fact.known else None
     min_driver = None
     if cuda is not None:
-        fact = matrix.cuda_min_driver(cuda)
-        min_driver = str(fact.value) if fact is not None and fact.known else None
+        # the hermetic stack's exact toolkit release when recorded (an update can need a newer driver)
+        fact = row_stacks(matrix, release)["hermetic"].min_driver
+        min_driver = str(fact.value) if fact.known else None
     kernels: list[KernelNeed] = []
     names = set(matrix.build_packages) | set(FALLBACK_MIN_SM)
     for name in sorted(names):
@@ -177,7 +184,7 @@ def row_needs(release: Release, matrix: Matrix) -> RowNeeds:
     te = release.facts.get("transformer_engine")
     if te is not None and not te.absent:
         kernels.append(TE_FP8)
-    return RowNeeds(release.name, cuda, min_driver, tuple(kernels))
+    return RowNeeds(release.name, cuda, min_driver, tuple(kernels), release.label)
 
 
 def host_gpus(host: HostInfo) -> list[HostGpu]:
