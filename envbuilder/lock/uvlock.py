@@ -69,7 +69,7 @@ def _parse_uv_lock(text: str) -> tuple[LockedPackage, ...]:
     return out
 
 
-_PARSE_CACHE_VERSION = 1  # bump when LockedPackage or the parse changes
+_PARSE_CACHE_VERSION = 2  # bump when LockedPackage or the parse changes
 
 
 def _from_json(d: dict[str, Any]) -> LockedPackage:
@@ -79,7 +79,8 @@ def _from_json(d: dict[str, Any]) -> LockedPackage:
     opt = d["optional"]
     return LockedPackage(name=d["name"], version=d["version"], source=dict(d["source"]), wheels=tuple(d["wheels"]),
                          has_sdist=bool(d["has_sdist"]), dependencies=edges(d["dependencies"]),
-                         optional=None if opt is None else {k: edges(v) for k, v in opt.items()})
+                         optional=None if opt is None else {k: edges(v) for k, v in opt.items()},
+                         sdist_url=d["sdist_url"], sdist_sha256=d["sdist_sha256"])
 
 
 def _parse_toml(text: str) -> tuple[LockedPackage, ...]:
