@@ -111,7 +111,7 @@ def lock(nemo: str | None, release: str | None, mbridge: str | None, all_rows: b
 
         def progress(msg: str) -> None:
             status.update(msg)
-            console.print(msg)
+            console.print(msg, markup=False)  # messages quote extras like [dev]: not rich markup
 
         result = run_lock(matrix, req, opts, progress=progress)
     rec = result.record
