@@ -6,6 +6,7 @@ import shutil
 import subprocess
 from typing import Any
 
+from envbuilder.canonical import version_tuple
 from envbuilder.certify.expect import Expectations
 from envbuilder.certify.result import FAIL, PASS, SKIPPED, Check
 
@@ -58,10 +59,6 @@ def gpu_facts() -> dict[str, Any]:
     return facts
 
 
-def _vkey(v: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in v.replace("-", ".").split(".") if x.isdigit())
-
-
 def check_driver(exp: Expectations, facts: dict[str, Any]) -> Check:
     drv, need = facts.get("driver"), exp.target.get("min_driver")
     thr = f">= {need}" if need else None
@@ -70,7 +67,7 @@ def check_driver(exp: Expectations, facts: dict[str, Any]) -> Check:
                      "run on a GPU host, with --gpus all (docker) or --nv (apptainer)")
     if not need or need == "unknown":
         return Check("driver", 1, SKIPPED, drv, thr, detail="the lock states no minimum driver")
-    if _vkey(drv) >= _vkey(str(need)):
+    if version_tuple(drv) >= version_tuple(str(need)):
         return Check("driver", 1, PASS, drv, thr)
     return Check("driver", 1, FAIL, drv, thr, advice=f"the driver is older than the lock's CUDA needs; fix: "
                  f"upgrade the driver to >= {need}, or lock with --driver {drv} (older CUDA)")

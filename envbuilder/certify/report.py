@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import re
@@ -11,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from envbuilder import __version__
+from envbuilder.canonical import dumps
 from envbuilder.certify import CERT_NAME, CERT_SCHEMA, REPORT_NAME
 from envbuilder.certify.expect import Expectations
 from envbuilder.certify.lossrule import RULE_TEXT
@@ -38,10 +38,6 @@ def build_certificate(exp: Expectations, facts: dict[str, Any], checks: list[Che
     if timestamp:
         cert["created"] = timestamp
     return cert
-
-
-def dumps(obj: Any) -> str:
-    return json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
 def _write(path: Path, text: str) -> None:

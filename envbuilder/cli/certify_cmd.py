@@ -107,9 +107,9 @@ def _expectations(t: Any, lock: Path | None, expect: Path | None, artifact: dict
         lock, strict = copy_lock_from_image(t.ref, workdir / "lock-from-image"), False
     if lock is None:
         return expectations_without_lock(matrices=matrices_dir(), artifact=artifact)
-    from uv import find_uv_bin
+    from envbuilder.uvbin import uv_binary
 
-    return expectations_from_lock(lock, uv_bin=str(find_uv_bin()), matrices=matrices_dir(), artifact=artifact,
+    return expectations_from_lock(lock, uv_bin=uv_binary(), matrices=matrices_dir(), artifact=artifact,
                                   strict=strict)
 
 

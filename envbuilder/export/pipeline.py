@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import shutil
 import signal
@@ -25,6 +24,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from envbuilder import canonical
 from envbuilder.canonical import sha256_file
 from envbuilder.choices import EXPORT_FORMATS
 from envbuilder.errors import (
@@ -219,7 +219,7 @@ def export_image(opts: ExportOptions, progress: Callable[[str], None] = lambda _
                 objects = [
                     sif.ObjectSpec(sif.DATA_DEFFILE, deffile.encode()),
                     sif.ObjectSpec(
-                        sif.DATA_LABELS, (json.dumps(labels, indent=2, sort_keys=True) + "\n").encode()
+                        sif.DATA_LABELS, canonical.dumps(labels, ascii_only=True).encode()
                     ),
                 ]
                 offset = sif.layout(objects)[1] if opts.fmt == "sif" else 0

@@ -6,10 +6,8 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-import jinja2
-
 from envbuilder import __version__
-from envbuilder.paths import templates_dir
+from envbuilder.templating import template_env
 
 # template (under templates/launch) -> suffix of the file written next to the artifact
 LAUNCH_TEMPLATES = {
@@ -37,18 +35,12 @@ class LaunchParams:
         return self.gpus_per_node or 2
 
 
-def _env() -> jinja2.Environment:
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(templates_dir())),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        autoescape=False,
-    )
+
 
 
 def render_deffile(image_ref: str, labels: dict[str, str], row: str, lock_sha256: str) -> str:
     """Independent of the output path: it is also embedded in the SIF, which must not change with it."""
-    return _env().get_template("apptainer.def.j2").render(
+    return template_env().get_template("apptainer.def.j2").render(
         image_ref=image_ref,
         labels=labels,
         row=row,
@@ -59,7 +51,7 @@ def render_deffile(image_ref: str, labels: dict[str, str], row: str, lock_sha256
 
 def render_launch(fmt: str, artifact: Path, params: LaunchParams) -> dict[str, str]:
     """{suffix: text} of the launch snippets for `fmt` ('sqsh' or 'sif')."""
-    env = _env()
+    env = template_env()
     stem = artifact.name.rsplit(".", 1)[0]
     out: dict[str, str] = {}
     for template, suffix in LAUNCH_TEMPLATES[fmt].items():

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from envbuilder.canonical import version_tuple
+
 HostSource = Literal["detected", "planned", "none"]
 
 
@@ -63,6 +65,5 @@ def sm_label(sm: str) -> str:
     return f"sm{major}{minor}"
 
 
-def version_key(v: str) -> tuple[int, ...]:
-    """Driver / CUDA versions compare numerically: '570.26' > '545.23.06'."""
-    return tuple(int(p) for p in v.split(".") if p.isdigit())
+# Driver / CUDA versions compare numerically: '570.26' > '545.23.06'.
+version_key = version_tuple

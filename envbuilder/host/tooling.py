@@ -7,11 +7,11 @@ timeouts so a hung daemon cannot hang `doctor`.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 from pathlib import Path
 
+from envbuilder import uvbin
 from envbuilder.host.model import ToolStatus
 
 PROBE_TIMEOUT_S = 5.0
@@ -64,16 +64,8 @@ def probe_tools() -> dict[str, ToolStatus]:
 
 
 def uv_version() -> str | None:
-    """Version of the uv binary shipped by the `uv` package (the one `lock` runs)."""
-    try:
-        from uv import find_uv_bin
-
-        out = subprocess.run([find_uv_bin(), "--version"], capture_output=True, text=True,
-                             timeout=PROBE_TIMEOUT_S, check=True).stdout
-    except Exception:  # uv package missing or its binary broken: reported as unknown
-        return None
-    m = re.search(r"uv (\S+)", out)
-    return m.group(1) if m else None
+    """Version of the uv binary shipped by the `uv` package (the one `lock` runs); None when unknown."""
+    return uvbin.uv_version(timeout=PROBE_TIMEOUT_S)
 
 
 def disk_free_gib(path: Path) -> float | None:

@@ -24,19 +24,6 @@ TOOLS_DIR = Path(__file__).resolve().parent / "tools"
 TOOLS = ("import_check.py", "stage2_env.py")
 
 
-def uv_binary() -> Path:
-    from uv import find_uv_bin
-
-    return Path(find_uv_bin())
-
-
-def uv_version(uv: Path) -> str:
-    import subprocess
-
-    out = subprocess.run([str(uv), "--version"], capture_output=True, text=True, check=True).stdout
-    return out.split()[1] if len(out.split()) > 1 else "unknown"
-
-
 def _copy(src: Path, dst: Path, mtime: int, mode: int = 0o644) -> None:
     dst.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(src, dst)

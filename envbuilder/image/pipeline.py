@@ -20,7 +20,7 @@ from envbuilder.choices import BUILD_TARGETS, DEFAULT_BUILD_TARGET
 from envbuilder.errors import BuildFailedError, InvalidOptionError, SecretLeakError
 from envbuilder.image import engine, layerscan
 from envbuilder.image.buildlog import BuildLog, Step
-from envbuilder.image.context import assemble, uv_binary, uv_version
+from envbuilder.image.context import assemble
 from envbuilder.image.images import BaseChoice, choose_bases
 from envbuilder.image.lockdir import LockDir, load_lockdir
 from envbuilder.image.render import (
@@ -33,6 +33,7 @@ from envbuilder.image.render import (
 from envbuilder.image.secrets import SecretSpec, check_ca_bundle, proxy_settings, secret_files
 from envbuilder.paths import REPO_ROOT
 from envbuilder.troubleshoot import troubleshoot
+from envbuilder.uvbin import uv_binary, uv_version
 
 TARGETS = BUILD_TARGETS
 LOG_TAIL = 30
@@ -151,8 +152,8 @@ def build_image(opts: BuildOptions, console: Console) -> dict[str, Any]:
 
     proxy_args, proxy_secrets = proxy_settings()
     tag = opts.tag or default_tag(lock, opts.target)
-    uv = uv_binary()
-    uv_ver = uv_version(uv)
+    uv = Path(uv_binary())
+    uv_ver = uv_version() or "unknown"
     lock_uv = lock.record.uv_version or "unknown"
     if lock_uv not in ("unknown", uv_ver):
         warnings.append(f"the lock was made with uv {lock_uv}; this envbuilder ships uv {uv_ver}")

@@ -14,12 +14,10 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import jinja2
-
 from envbuilder.choices import MODES
 from envbuilder.errors import InvalidOptionError
 from envbuilder.lock import record
-from envbuilder.paths import templates_dir
+from envbuilder.templating import template_env
 
 # the io.envbuilder.* label names the templates write (defined beside the lock record)
 IMAGE_LABELS = {
@@ -100,18 +98,13 @@ def default_jobs() -> int:
     return max(1, min(cpus, int(mem_gib // 4)))
 
 
-def _env(tdir: Path) -> jinja2.Environment:
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(tdir)), undefined=jinja2.StrictUndefined,
-                              keep_trailing_newline=True, autoescape=False)
-
-
 def render_dockerfile(values: RenderValues, tdir: Path | None = None) -> str:
     if values.mode not in MODES:
         raise InvalidOptionError(f"--mode {values.mode!r} is not one of {', '.join(MODES)}", "use hermetic or ngc-base")
     for sid in values.secret_ids:
         if not _SECRET_ID.match(sid) or sid == "ca":
             raise InvalidOptionError(f"secret id {sid!r} is not usable", "use letters, digits and _ (not 'ca')")
-    template = _env(tdir or templates_dir()).get_template(f"Dockerfile.{values.mode}.j2")
+    template = template_env(tdir).get_template(f"Dockerfile.{values.mode}.j2")
     text = template.render(
         mode=values.mode, builder_base=values.builder_base, runtime_base=values.runtime_base,
         python=values.python, python_from=values.python_from, arch_list=values.arch_list or '""',

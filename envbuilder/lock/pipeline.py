@@ -282,7 +282,7 @@ def _lock_into(matrix: Matrix, req: ResolveRequest, opts: LockOptions, res: Reso
         for name in deferred:
             progress(f"warning: stage 1 depends on {name}; stage 1 installs with --no-install-package {name}")
         python, builds = _choose_target_python(res, req, locked, root, progress)
-        record = build_record(res, req, staging, uv_version(), constraints, local_rel,
+        record = build_record(res, req, staging, uv_version() or "unknown", constraints, local_rel,
                               [str(p) for p in opts.find_links if p.is_dir()], deferred,
                               target_python=python, source_builds=builds)
         write_atomic(staging / RECORD_NAME, record.to_json())

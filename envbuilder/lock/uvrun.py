@@ -4,29 +4,20 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import tempfile
 from pathlib import Path
 
 from envbuilder import procs
 from envbuilder.errors import NetworkError, NoSpaceError, UvError
 from envbuilder.troubleshoot import troubleshoot
+from envbuilder.uvbin import uv_binary, uv_version
 
 _NETWORK = ("dns error", "failed to lookup address", "name or service not known", "connection refused",
             "operation timed out", "error sending request", "tcp connect error", "invalid peer certificate",
             "unknownissuer", "could not connect")
 
 
-def uv_binary() -> str:
-    from uv import find_uv_bin
-
-    return str(find_uv_bin())
-
-
-def uv_version() -> str:
-    out = subprocess.run([uv_binary(), "--version"], capture_output=True, text=True, check=False)
-    parts = out.stdout.split()
-    return parts[1] if len(parts) > 1 else "unknown"
+__all__ = ["run_uv_lock", "uv_binary", "uv_env", "uv_version"]
 
 
 def uv_env(ca_bundle: Path | None) -> dict[str, str]:

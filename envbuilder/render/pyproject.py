@@ -44,7 +44,7 @@ def _bare_name(req: str) -> str:
     return m.group(0).lower().replace("_", "-") if m else req
 
 
-def stage1_requirements(res: Resolution, matrix: Matrix, extra_constraints: list[str] | None = None) -> list[str]:
+def stage1_requirements(res: Resolution, matrix: Matrix) -> list[str]:
     reqs: dict[str, str] = {}
     for pin in res.stage(1):
         reqs[pin.name] = _requirement(pin, ",".join(res.nemo_extras) if pin.name == "nemo-toolkit" else "")

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from envbuilder.canonical import version_tuple
 from envbuilder.choices import MODES, SOURCES, TORCH_INDEXES
 from envbuilder.errors import InvalidOptionError, ResolveConflictError, UnknownPackageError, UnknownTagError
 from envbuilder.matrix.model import Fact, Matrix, Note, Release
@@ -63,12 +64,6 @@ class Resolution:
         return [p for _, p in sorted(self.pins.items()) if p.stage == n]
 
 
-def _v(s: str) -> Version:
-    return Version(s)
-
-
-def driver_tuple(s: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in s.split(".") if p.isdigit())
 
 
 def _prov(row: Release, fld: str) -> str:
@@ -272,13 +267,13 @@ def _check_driver(matrix: Matrix, req: ResolveRequest, row: Release, cuda: str |
     have = req.host.driver
     if have is None:
         return need, warnings
-    if driver_tuple(have) >= driver_tuple(need):
+    if version_tuple(have) >= version_tuple(need):
         return need, warnings
     major = int(cuda.split(".")[0])
     floor = matrix.minor_compat.get(major)
     where = "detected" if req.host.origin == "detected" else "given"
     if req.allow_minor_compat and floor is not None and floor.known and \
-            driver_tuple(have) >= driver_tuple(str(floor.value)):
+            version_tuple(have) >= version_tuple(str(floor.value)):
         warnings.append(f"driver {have} < {need} for CUDA {cuda}: relying on CUDA minor-version compatibility "
                         f"(>= {floor.value}); PTX JIT and newer-driver features are unavailable")
         return need, warnings
@@ -363,11 +358,6 @@ def _check_mode(req: ResolveRequest, row: Release) -> None:
                 "drop --torch, or use --mode hermetic")
 
 
-def _build_env(matrix: Matrix, row: Release, stage2: list[str]) -> dict[str, str]:
-    env = dict(row.stage2_env)
-    return dict(sorted(env.items()))
-
-
 def resolve(matrix: Matrix, req: ResolveRequest) -> Resolution:
     row = find_row(matrix, req.row, req.row_option)
     _check_mode(req, row)
@@ -414,7 +404,6 @@ def resolve(matrix: Matrix, req: ResolveRequest) -> Resolution:
                 git_url, git_tag = comp.git_url, comp.git_tag.format(version=version)
             pins[part] = Pin(part, version, comp.stage, prov, git_url, git_tag)
 
-    stage2 = sorted(p.name for p in pins.values() if p.stage == 2)
     for note in row.notes:
         if note.severity == "warn":
             warnings.append(note.text)
@@ -430,12 +419,8 @@ def resolve(matrix: Matrix, req: ResolveRequest) -> Resolution:
         container=str(row.container.value) if row.container.known else None,
         exclude_newer=str(row.exclude_newer.value), pins=dict(sorted(pins.items())),
         omitted=dict(sorted(omitted.items())),
-        stage1_extra=row.stage1_extra, stage2_env=_build_env(matrix, row, stage2),
+        stage1_extra=row.stage1_extra, stage2_env=dict(sorted(row.stage2_env.items())),
         provenance=dict(sorted(provenance.items())), warnings=tuple(warnings), notes=row.notes,
         sm=sm, driver=req.host.driver, host_origin=req.host.origin, nemo_extras=row.nemo_extras,
         dropped=tuple(sorted(d.package for d in row.drop_packages)),
     )
-
-
-def fact_or_none(f: Fact | None) -> str | None:
-    return str(f.value) if f is not None and f.known else None
