@@ -1,7 +1,8 @@
 #!/bin/bash
 # Slurm + pyxis/enroot launch for nemo-v2.3.0.sqsh (rendered by envbuilder export).
 # The squashfs is used as is: pyxis passes it to enroot, which applies /etc/environment
-# (the image ENV) and the mount/hook configuration of the site.
+# (the image ENV) and the mount/hook configuration of the site. enroot starts a login shell;
+# the image's PATH survives its /etc/profile through /etc/profile.d/zz-envbuilder-path.sh.
 #SBATCH --job-name=nemo-v2.3.0
 #SBATCH --nodes=1
 #SBATCH --ntasks-per-node=1
