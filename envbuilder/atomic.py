@@ -67,10 +67,61 @@ def staging_dir(target: Path) -> Iterator[Path]:
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}{STAGING_INFIX}", dir=target.parent))
     try:
-        yield tmp
+        with hold(tmp):  # a live run's staging is never taken for a dead one's
+            yield tmp
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def hold(path: Path) -> Iterator[None]:
+    """Hold an exclusive flock on `path` (a temp file or directory) while this run uses it.
+
+    The kernel drops the lock when the process dies, even by SIGKILL, so `abandoned` can tell a
+    dead run's leftovers from a live run's work in progress without pids or a lock server.
+    """
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def abandoned(path: Path) -> bool:
+    """True when no live process holds `path` (see `hold`)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def remove_abandoned(parent: Path, prefix: str, suffix: str = "") -> list[Path]:
+    """Remove entries of `parent` named prefix*suffix that no live run holds; returns what was removed."""
+    removed: list[Path] = []
+    try:
+        names = sorted(n for n in os.listdir(parent) if n.startswith(prefix) and n.endswith(suffix))
+    except OSError:
+        return removed
+    for name in names:
+        p = Path(parent) / name
+        if not abandoned(p):
+            continue
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                p.unlink()
+        removed.append(p)
+    return removed
 
 
 def _renameat2_exchange(a: Path, b: Path) -> bool:
@@ -201,7 +252,7 @@ def remove_stale_staging(target: Path, keep: Path | None = None) -> list[Path]:
     """
     removed = []
     for st in staging_dirs(target):
-        if keep is not None and st == keep:
+        if (keep is not None and st == keep) or not abandoned(st):
             continue
         if (st / COMMIT_NAME).is_file():
             with contextlib.suppress(OSError, ValueError):

@@ -140,3 +140,16 @@ def test_certify_output_dir_modes_and_user_files(tmp_path: Path, env: dict[str, 
     assert second.returncode == first.returncode
     assert (out / "my-notes.txt").read_text() == "mine"
     assert [p.name for p in tmp_path.iterdir() if ".staging." in p.name] == []
+
+
+def test_abandoned_leftovers_are_told_from_live_ones(tmp_path: Path) -> None:
+    """A live run holds a flock on its temp file; a SIGKILLed one's lock is gone with it."""
+    from envbuilder.atomic import hold, remove_abandoned
+
+    live, dead = tmp_path / ".x.sqsh.live.tmp", tmp_path / ".x.sqsh.dead.tmp"
+    live.write_text("in progress")
+    dead.write_text("left by kill -9")
+    (tmp_path / "x.sqsh").write_text("the user's previous export")
+    with hold(live):
+        removed = remove_abandoned(tmp_path, ".x.sqsh.", ".tmp")
+    assert removed == [dead] and live.exists() and (tmp_path / "x.sqsh").exists()

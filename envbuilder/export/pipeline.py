@@ -24,7 +24,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from envbuilder import canonical
+from envbuilder import atomic, canonical
 from envbuilder.canonical import sha256_file
 from envbuilder.choices import EXPORT_FORMATS
 from envbuilder.errors import (
@@ -191,13 +191,17 @@ def export_image(opts: ExportOptions, progress: Callable[[str], None] = lambda _
 
     started = time.monotonic()
     work_parent = Path(opts.workdir) if opts.workdir else output.parent
+    # leftovers of an export that was killed (SIGKILL runs no cleanup); a live one holds its flocks
+    for stale in (*atomic.remove_abandoned(output.parent, f".{output.name}.", ".tmp"),
+                  *atomic.remove_abandoned(work_parent, f".{output.name}.work.")):
+        progress(f"removed {stale.name}, left by an earlier export that was killed")
     tmp_fd, tmp_name = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent)
     os.close(tmp_fd)
     tmp = Path(tmp_name)
     work = Path(tempfile.mkdtemp(prefix=f".{output.name}.work.", dir=work_parent))
     done = False
     try:
-        with _signals_interrupt():
+        with _signals_interrupt(), atomic.hold(tmp), atomic.hold(work):
             progress(f"saving {opts.image} from the engine")
             archive = work / "image.tar"
             image_source.spool_image(image, archive)
