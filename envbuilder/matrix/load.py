@@ -36,6 +36,7 @@ from envbuilder.matrix.model import (
     TorchInfo,
     TransformerEngineInfo,
 )
+from envbuilder.matrix.prebuilt import PrebuiltWheels
 from envbuilder.paths import matrices_dir
 
 if sys.version_info >= (3, 11):
@@ -388,6 +389,31 @@ def _load_gpus(f: _File) -> list[Gpu]:
     return out
 
 
+def _check_combos(v: Any) -> str | None:
+    combo = re.compile(r"\d+\.\d+\|\d+\.\d+\|\d+\|(TRUE|FALSE)")
+    if not isinstance(v, list) or not all(isinstance(c, str) and combo.fullmatch(c) for c in v):
+        return 'must be a list of "PYTHON|TORCH_MAJOR.MINOR|CUDA_MAJOR|TRUE|FALSE" strings'
+    return None
+
+
+def _check_table(v: Any) -> str | None:
+    return None if isinstance(v, dict) and all(isinstance(x, str) for x in v.values()) else "must be a table of strings"
+
+
+def _load_prebuilt(f: _File) -> dict[tuple[str, str], PrebuiltWheels]:
+    out: dict[tuple[str, str], PrebuiltWheels] = {}
+    for i, row in enumerate(f.rows("wheels")):
+        package = str(_plain(f, "wheels", i, row, "package", _check_str))
+        version = str(_plain(f, "wheels", i, row, "version", _check_version))
+        combos = _fact(f, "wheels", i, row, "combos", _check_combos)
+        tags = _fact(f, "wheels", i, row, "name_cuda_tags", _check_table)
+        assert combos is not None and tags is not None
+        if (package, version) in out:
+            raise f.error("wheels", i, None, f"duplicate entry for {package} {version}", "keep one entry per release")
+        out[(package, version)] = PrebuiltWheels(package, version, combos, tags)
+    return out
+
+
 def _schema_check(f: _File) -> None:
     version = f.data.get("schema", SCHEMA_VERSION)
     if version != SCHEMA_VERSION:
@@ -423,6 +449,7 @@ def load_matrix(directory: Path | None = None) -> Matrix:
     cuda, minor, fwd = _load_cuda(cuda_f) if cuda_f else ([], {}, None)
     torch_f, te_f = opt("torch.toml"), opt("transformer_engine.toml")
     bp_f, pr_f, gpu_f = opt("build_packages.toml"), opt("python_requirements.toml"), opt("gpus.toml")
+    wheels_f = opt("prebuilt_wheels.toml")
     return Matrix(
         releases=tuple(releases),
         cuda_releases=tuple(cuda),
@@ -433,4 +460,5 @@ def load_matrix(directory: Path | None = None) -> Matrix:
         build_packages=_load_build_packages(bp_f) if bp_f else {},
         python_requirements=tuple(_load_python_requirements(pr_f)) if pr_f else (),
         gpus=tuple(_load_gpus(gpu_f)) if gpu_f else (),
+        prebuilt_wheels=_load_prebuilt(wheels_f) if wheels_f else {},
     )

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from envbuilder.matrix.prebuilt import PrebuiltWheels
 
 UNKNOWN = "unknown"
 NONE = "none"
@@ -243,6 +246,8 @@ class Matrix:
     build_packages: dict[str, BuildPackage] = field(default_factory=dict)
     python_requirements: tuple[PythonRequirement, ...] = ()
     gpus: tuple[Gpu, ...] = ()
+    # (package, version) -> the wheels its GitHub release publishes (matrix/prebuilt.py)
+    prebuilt_wheels: dict[tuple[str, str], PrebuiltWheels] = field(default_factory=dict)
 
     def names(self, include_test: bool = False) -> list[str]:
         return [r.name for r in self.releases if include_test or not r.test_only]
