@@ -68,6 +68,9 @@ def _relock_command(out: Path) -> str:
               help="Directory of local wheels; a wheel matching a stage-1 pin is copied into the lock dir.")
 @click.option("--ca-bundle", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
               help="CA bundle for a TLS-intercepting proxy (default: SSL_CERT_FILE when set).")
+@click.option("--allow-source-build/--no-source-build", "allow_source_build", default=True, show_default=True,
+              help="--no-source-build: fail when a stage-2 kernel package has no prebuilt wheel for the chosen torch "
+                   "(instead of compiling it in stage 2).")
 @click.option("--check", is_flag=True, help="Exit 16 if re-locking would change the lock directory; write nothing.")
 @click.option("--no-wait", is_flag=True,
               help="Exit 71 instead of waiting when another envbuilder run is writing the same -o.")
@@ -77,7 +80,8 @@ def lock(nemo: str | None, release: str | None, mbridge: str | None, all_rows: b
          online: bool, output: Path | None, python: str | None, cuda: str | None, torch: str | None,
          torch_index: str, driver: str | None, gpu: str | None, sm: str | None, no_detect: bool,
          sets: tuple[str, ...], source: str, mode: str, glibc: str, allow_minor_compat: bool,
-         find_links: tuple[Path, ...], ca_bundle: Path | None, check: bool, no_wait: bool, as_json: bool,
+         find_links: tuple[Path, ...], ca_bundle: Path | None, allow_source_build: bool, check: bool, no_wait: bool,
+         as_json: bool,
          timings: bool) -> None:
     """Lock a NeMo stack: pyproject.toml + uv.lock + envbuilder.lock.json."""
     console = stderr_console()
@@ -94,7 +98,8 @@ def lock(nemo: str | None, release: str | None, mbridge: str | None, all_rows: b
         option = option or ("release" if row is not None and row.nemo is None else "nemo")
         return ResolveRequest(row=tag, row_option=option, python=python, cuda=cuda, torch=torch,
                               torch_index=torch_index, overrides=parse_set(sets), source=source, mode=mode,
-                              glibc=glibc, host=host, allow_minor_compat=allow_minor_compat)
+                              glibc=glibc, host=host, allow_minor_compat=allow_minor_compat,
+                              source_build="allow" if allow_source_build else "forbid")
 
     base = LockOptions(output=output or Path("locks"), check=check, ca_bundle=ca_bundle,
                        find_links=list(find_links), offline_first=not online, wait=not no_wait)

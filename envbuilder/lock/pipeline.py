@@ -32,6 +32,7 @@ from envbuilder.lock.uvrun import uv_version
 from envbuilder.lock.validate import check_ca_bundle, check_find_links, check_glibc, check_target_arch
 from envbuilder.matrix.model import Matrix
 from envbuilder.render.pyproject import render_pyproject
+from envbuilder.resolve.prebuilt import BUILD_COST
 from envbuilder.resolve.request import ResolveRequest
 from envbuilder.resolve.resolver import PYTHON_CANDIDATES, Resolution, resolve
 
@@ -177,6 +178,12 @@ def run_lock(matrix: Matrix, req: ResolveRequest, opts: LockOptions, progress: P
     timings["resolve"] = time.monotonic() - t0
     for w in res.warnings:
         progress(f"warning: {w}")
+    for v in res.prebuilt:
+        if v.answer == "yes":
+            progress(f"{v.package} {v.version}: prebuilt wheel {v.wheel} (no compile)")
+        else:
+            progress(f"{v.package} {v.version} compiles from source in stage 2 ({BUILD_COST.get(v.package, '')}): "
+                     f"prebuilt wheel {v.answer} ({v.source})")
 
     out = Path(opts.output)
     with claim_output_dir(out, is_lock_dir, "an envbuilder lock directory", wait=opts.wait, progress=progress,

@@ -268,6 +268,7 @@ def build_record(res: Resolution, req: ResolveRequest, lockdir: Path, uv_version
             "torch_index": req.torch_index, "set": [f"{n}=={v}" for n, v in req.overrides],
             "source": req.source, "mode": req.mode, "glibc": req.glibc,
             "allow_minor_compat": req.allow_minor_compat, "find_links": find_links_used,
+            **({"source_build": req.source_build} if req.source_build != "allow" else {}),
         },
         host={"kind": res.host_origin, "driver": res.driver, "sm": res.sm,
               "gpu": req.host.gpu_name, "gpu_count": req.host.gpu_count},

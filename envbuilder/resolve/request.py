@@ -38,6 +38,7 @@ class ResolveRequest:
     host: HostFacts = field(default_factory=HostFacts)
     allow_minor_compat: bool = False
     row_option: str = "nemo"  # which of ROW_OPTIONS `row` is
+    source_build: str = "allow"  # "forbid": a stage-2 package without a prebuilt wheel is an error
 
 
 _SET_RE = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*==\s*([A-Za-z0-9_.+!\-]+)\s*$")

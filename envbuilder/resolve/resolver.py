@@ -15,8 +15,10 @@ from envbuilder.canonical import version_tuple
 from envbuilder.choices import MODES, SOURCES, TORCH_INDEXES
 from envbuilder.errors import InvalidOptionError, ResolveConflictError, UnknownPackageError, UnknownTagError
 from envbuilder.matrix.model import Fact, Matrix, Note, Release
+from envbuilder.matrix.prebuilt import PrebuiltVerdict
 from envbuilder.matrix.stacks import Stack, row_stacks
 from envbuilder.resolve.components import BY_NAME, COMPONENTS, Component, te_parts
+from envbuilder.resolve.prebuilt import SOURCE_BUILD_POLICIES, prefer_prebuilt
 from envbuilder.resolve.request import ROW_OPTIONS, ResolveRequest
 
 PYTHON_CANDIDATES = ("3.10", "3.11", "3.12", "3.13")
@@ -59,6 +61,7 @@ class Resolution:
     host_origin: str = "none"
     nemo_extras: tuple[str, ...] = ("all",)
     dropped: tuple[str, ...] = ()  # packages the lock must never install (matrix drop_packages)
+    prebuilt: tuple[PrebuiltVerdict, ...] = ()  # per stage-2 kernel package: is there a prebuilt wheel
 
     def stage(self, n: int) -> list[Pin]:
         return [p for _, p in sorted(self.pins.items()) if p.stage == n]
@@ -384,6 +387,13 @@ def resolve(matrix: Matrix, req: ResolveRequest) -> Resolution:
     warnings += w
     if req.host.driver:
         provenance["driver"] = f"host:{req.host.origin}"
+    if req.source_build not in SOURCE_BUILD_POLICIES:
+        raise InvalidOptionError(f"unknown source-build policy '{req.source_build}'",
+                                 "use --allow-source-build or --no-source-build")
+    if req.source == "pypi":
+        chosen, prebuilt = prefer_prebuilt(matrix, chosen, overrides, python, torch_version, cuda, req.source_build)
+    else:
+        prebuilt = ()
     sm, w = _check_sm(matrix, req, chosen)
     warnings += w
     if sm:
@@ -422,5 +432,5 @@ def resolve(matrix: Matrix, req: ResolveRequest) -> Resolution:
         stage1_extra=row.stage1_extra, stage2_env=dict(sorted(row.stage2_env.items())),
         provenance=dict(sorted(provenance.items())), warnings=tuple(warnings), notes=row.notes,
         sm=sm, driver=req.host.driver, host_origin=req.host.origin, nemo_extras=row.nemo_extras,
-        dropped=tuple(sorted(d.package for d in row.drop_packages)),
+        dropped=tuple(sorted(d.package for d in row.drop_packages)), prebuilt=prebuilt,
     )
