@@ -11,6 +11,9 @@ from __future__ import annotations
 #: base; ngc-base = on top of the row's NGC container, keeping its torch.
 MODES = ("hermetic", "ngc-base")
 DEFAULT_MODE = "hermetic"
+#: lock also: host-torch = on top of an existing interpreter that has torch (lock --interpreter),
+#: installed with `envbuilder install --system-site-packages`; no image is built from it
+LOCK_MODES = (*MODES, "host-torch")
 
 #: lock: where NeMo, NeMo-Run, Megatron-LM, mamba and causal-conv1d come from
 SOURCES = ("pypi", "git")

@@ -328,11 +328,11 @@ class OfflineInstallError(EnvbuilderError):
     kind = "offline-install-failed"
 
 
-class HostTorchRangeError(EnvbuilderError):
-    """lock --mode host-torch: the interpreter's torch is outside the row's range."""
+class HostTorchMismatchError(EnvbuilderError):
+    """install / wheels of a --mode host-torch lock: the interpreter's torch is not the one the lock recorded."""
 
     exit_code = 69
-    kind = "host-torch-range"
+    kind = "host-torch-mismatch"
 
 
 # --- 71-79: reliability: signals, output directories, concurrency, disk ------

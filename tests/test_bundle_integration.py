@@ -141,3 +141,44 @@ def test_install_refuses_a_foreign_directory(smoke_bundle: tuple[Path, dict], tm
     proc = _cli(["install", str(smoke_bundle[0]), "--venv", str(target)], env=_offline_env())
     assert proc.returncode != 0 and "not a venv envbuilder installed" in proc.stderr
     assert [p.name for p in target.iterdir()] == ["main.py"]
+
+
+def test_host_torch_lock_bundle_build_install(smoke_wheelhouse: tuple[Path, dict], kernel_cache: Path,
+                                              tmp_path: Path) -> None:
+    """The GPU machines' flow on the smoke row: an interpreter that already has torch is the host;
+    the lock keeps it, the bundle carries no torch, install sees it through --system-site-packages,
+    stage 2 is built against it on the target from the bundle's sdists, offline."""
+    (host_python,) = (kernel_cache / "venvs").glob("*/bin/python")  # CPU torch 2.13.0 (smoke stage 1)
+    lockdir = tmp_path / "lock"
+    proc = _cli(["lock", "--nemo", "smoke", "--mode", "host-torch", "--interpreter", str(host_python),
+                 "-o", str(lockdir), "--no-detect", "--json"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = json.loads((lockdir / "envbuilder.lock.json").read_text())
+    assert record["host"]["torch"]["version"] == "2.13.0+cpu" and "torch" not in record["pins"]
+    assert "\n[[package]]\nname = \"torch\"" not in (lockdir / "uv.lock").read_text()
+    bundle = tmp_path / "bundle"
+    proc = _cli(["bundle", str(lockdir), "-o", str(bundle), "--cache-dir", str(kernel_cache)])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not list((bundle / "files").glob("torch-*"))
+    venv = tmp_path / "venv"
+    install = ["install", str(bundle), "--venv", str(venv), "--python", str(host_python), "--system-site-packages"]
+    proc = _cli(install, env=_offline_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    wh = tmp_path / "wh"
+    proc = _cli(["wheels", str(lockdir), "-o", str(wh), "--torch-from", "host", "--interpreter",
+                 str(venv / "bin" / "python"), "--sdists", str(bundle / "files"), "--cache-dir",
+                 str(tmp_path / "fresh-cache"), "--json"], env=_offline_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout)["packages"][0]["cache"] == "miss"
+    proc = _cli([*install, "--wheelhouse", str(wh)], env=_offline_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    check = subprocess.run([str(venv / "bin" / "python"), "-c",
+                            "import importlib.metadata as m, torch; print(torch.__file__, m.version('causal-conv1d'))"],
+                           capture_output=True, text=True, timeout=600)
+    torch_file, conv = check.stdout.split()
+    assert torch_file.startswith(str(host_python.parent.parent)) and conv.endswith("+cputorch2.13cxx11abiTRUE")
+    # the torch-less interpreter of this test run is not the lock's host: refused, nothing replaced
+    proc = _cli(["install", str(bundle), "--venv", str(venv), "--python", sys.executable, "--system-site-packages"],
+                env=_offline_env())
+    assert proc.returncode in (63, 69), proc.stderr
+    assert (venv / "bin" / "python").exists()

@@ -25,9 +25,11 @@ from envbuilder.atomic import guard_output_dir, promote_dir, staging_dir, write_
 from envbuilder.bundle.parts import PARTS_INDEX, extract_parts, read_index, verify_parts
 from envbuilder.bundle.pipeline import MANIFEST
 from envbuilder.bundle.plan import export_requirements
-from envbuilder.errors import BundleInvalidError, BundlePartMissingError, OfflineInstallError
+from envbuilder.errors import BundleInvalidError, BundlePartMissingError, InvalidOptionError, OfflineInstallError
+from envbuilder.host.torchprobe import probe_torch
 from envbuilder.kernels import read_wheelhouse
 from envbuilder.kernels.files import verify
+from envbuilder.kernels.torchenv import check_host_torch
 from envbuilder.lock.record import read_record
 from envbuilder.lock.uvrun import uv_binary, uv_env
 
@@ -96,6 +98,29 @@ def _run(cmd: list[str], cwd: Path, env: dict[str, str], what: str) -> None:
                                   log_tail=lines[-20:])
 
 
+_SITE_PROBE = ("import json, site, sys; print(json.dumps({'venv': sys.prefix != sys.base_prefix, "
+               "'site': site.getsitepackages(), 'py': '%d.%d' % sys.version_info[:2]}))")
+
+
+def _see_host_venv(python: str, venv: Path) -> None:
+    """--system-site-packages on an interpreter that is itself a venv (a conda env, a module's venv).
+
+    A venv made from a venv's python sees only the base interpreter's packages, not the host venv's
+    (where its torch is): a .pth file adds the host venv's site-packages after the new venv's own,
+    which is the precedence --system-site-packages gives.
+    """
+    if not Path(python).exists():
+        return  # a version request: uv picked a base interpreter, nothing to add
+    proc = subprocess.run([python, "-c", _SITE_PROBE], capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        return
+    info = json.loads(proc.stdout.strip().splitlines()[-1])
+    if not info["venv"]:
+        return
+    site_dir = venv / "lib" / f"python{info['py']}" / "site-packages"
+    write_atomic(site_dir / "_envbuilder_host.pth", "".join(f"{d}\n" for d in info["site"]))
+
+
 def _wheelhouse_lines(wh: Path, stage2: list[str]) -> tuple[list[str], list[str]]:
     rec = read_wheelhouse(wh)
     lines, have = [], set()
@@ -146,6 +171,14 @@ def run_install(opts: InstallOptions, progress: Progress = lambda _: None) -> In
             if opts.system_site_packages:
                 cmd.insert(2, "--system-site-packages")
             _run(cmd, tree, env, f"uv venv --python {python}")
+            if opts.system_site_packages:
+                _see_host_venv(python, staging / "v")
+            host = (manifest.get("host_torch") or None)
+            if host:
+                if not opts.system_site_packages:
+                    raise InvalidOptionError("this bundle's lock keeps the interpreter's torch (--mode host-torch)",
+                                             "pass --system-site-packages and --python with that interpreter")
+                check_host_torch({"host": {"torch": host}}, probe_torch(staging / "v" / "bin" / "python"))
             progress(f"installing {sum(1 for ln in reqs.splitlines() if ln and not ln.startswith(' '))} "
                      f"packages offline from {tree / 'files'}")
             cmd = [uv_binary(), "pip", "install", "--offline", "--no-index", "--find-links", str(tree / "files"),

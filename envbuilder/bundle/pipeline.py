@@ -126,6 +126,7 @@ def make_bundle(opts: BundleOptions, progress: Progress = lambda _: None) -> Bun
         manifest = {
             "schema": SCHEMA, "lock_sha256": record["lock_sha256"], "row": record.get("row"),
             "mode": record.get("mode"), "python": python, "glibc": glibc, "stage2_packages": stage2,
+            "host_torch": (record.get("host") or {}).get("torch"),
             "wheelhouse": ({"arch_list": wh_record.get("arch_list"), "torch": wh_record.get("torch"),
                             "wheels": [p["wheel"] for p in wh_record.get("packages", [])]} if wh_record else None),
             "packages": [{"name": p.package, "version": p.version, "kind": p.kind, "file": p.file.filename}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import click
@@ -13,6 +14,7 @@ from envbuilder.errors import EnvbuilderError
 from envbuilder.host import HostInfo, RowVerdict, detect_host, evaluate_matrix, plan_host
 from envbuilder.host.detect import with_local_tooling
 from envbuilder.host.model import sm_label
+from envbuilder.host.torchprobe import in_row_range, probe_torch
 from envbuilder.matrix import Matrix, load_matrix
 
 
@@ -74,10 +76,36 @@ def _print_human(host: HostInfo, verdicts: list[RowVerdict] | None, matrix_probl
         con.print(f"this host can run: {', '.join(runnable) if runnable else 'none of the rows'}")
 
 
+def _host_torch_report(interpreter: Path, matrix: Matrix | None) -> dict[str, Any]:
+    """The interpreter's torch and, per matrix row, whether it is inside the row's torch (major.minor)."""
+    ht = probe_torch(interpreter)
+    rows: dict[str, list[str]] = {"inside": [], "outside": [], "unknown": []}
+    for row in (matrix.releases if matrix is not None else []):
+        if row.test_only:
+            continue
+        verdict = in_row_range(ht.torch, str(row.torch.value) if row.torch.known else None)
+        rows[{True: "inside", False: "outside", None: "unknown"}[verdict]].append(row.nemo)
+    return {"interpreter": str(interpreter), **ht.to_dict(), "rows": rows}
+
+
+def _print_host_torch(report: dict[str, Any]) -> None:
+    con = stderr_console()
+    con.print(f"[bold]host torch[/bold] ({escape(report['interpreter'])}): torch {report['version']}, "
+              f"CUDA {report['cuda'] or 'none'}, cxx11abi {report['cxx11abi']}, Python {report['python']}")
+    rows = report["rows"]
+    con.print(f"  inside the row's torch: {', '.join(rows['inside']) or 'no row'}")
+    if rows["outside"]:
+        con.print(f"  [yellow]outside[/yellow] (another torch major.minor; lock --mode host-torch warns): "
+                  f"{', '.join(rows['outside'])}")
+
+
 @click.command(name="doctor")
 @host_options(count=True)
+@click.option("--interpreter", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
+              help="Also report this Python's torch (NGC, cluster module) and which rows' torch it matches.")
 @json_option("Print the report as JSON on stdout.")
-def doctor(driver: str | None, gpu: str | None, sm: str | None, gpu_count: int | None, as_json: bool) -> None:
+def doctor(driver: str | None, gpu: str | None, sm: str | None, gpu_count: int | None, interpreter: Path | None,
+           as_json: bool) -> None:
     """Report the host (GPUs, driver, container tooling, uv, disk, glibc) and which matrix rows it can run.
 
     Without planning flags the host is read through NVML; a machine without GPUs or NVML says so
@@ -95,12 +123,16 @@ def doctor(driver: str | None, gpu: str | None, sm: str | None, gpu_count: int |
     else:
         host = detect_host(matrix=matrix)
     verdicts = evaluate_matrix(host, matrix) if matrix is not None else None
+    host_torch = _host_torch_report(interpreter, matrix) if interpreter is not None else None
     if as_json:
         emit_json({
             "host": host.to_dict(),
             "rows": [v.to_dict() for v in verdicts] if verdicts is not None else None,
             "runnable": [v.tag for v in verdicts if v.status == "ok"] if verdicts is not None else [],
             "matrix_problem": matrix_problem,
+            **({"host_torch": host_torch} if host_torch is not None else {}),
         })
     else:
         _print_human(host, verdicts, matrix_problem)
+        if host_torch is not None:
+            _print_host_torch(host_torch)

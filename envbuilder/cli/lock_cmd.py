@@ -9,8 +9,10 @@ import click
 
 from envbuilder.choices import DEFAULT_MODE, DEFAULT_SOURCE, DEFAULT_TORCH_INDEX, MODES, SOURCES, TORCH_INDEXES
 from envbuilder.cli.matrix_cmd import chosen_row, row_options
+from envbuilder.choices import DEFAULT_MODE, DEFAULT_SOURCE, DEFAULT_TORCH_INDEX, LOCK_MODES, SOURCES, TORCH_INDEXES
 from envbuilder.cli.options import choice, host_options, json_option, timings_option
 from envbuilder.console import emit_json, stderr_console
+from envbuilder.host.torchprobe import probe_torch
 from envbuilder.lock import LockOptions, run_lock
 from envbuilder.lock.batch import DEFAULT_JOBS
 from envbuilder.matrix import load_matrix
@@ -57,9 +59,13 @@ def _relock_command(out: Path) -> str:
               help="Override a component's version (NAME==none leaves it out). Repeatable.")
 @click.option("--source", type=choice(SOURCES), default=DEFAULT_SOURCE, show_default=True,
               help="git renders [tool.uv.sources] git tags for NeMo, NeMo-Run, Megatron-LM, mamba, causal-conv1d.")
-@click.option("--mode", type=choice(MODES), default=DEFAULT_MODE, show_default=True,
+@click.option("--mode", type=choice(LOCK_MODES), default=DEFAULT_MODE, show_default=True,
               help="hermetic: the whole stack from the lock on a CUDA base; ngc-base: on the row's NGC container, "
-                   "keeping its torch.")
+                   "keeping its torch; host-torch: on top of --interpreter's torch (NGC, cluster modules), "
+                   "installed with `envbuilder install --system-site-packages`.")
+@click.option("--interpreter", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
+              help="With --mode host-torch: the Python that already has torch (its Python, CUDA and torch are "
+                   "recorded and never replaced).")
 @click.option("--glibc", default="2.35", show_default=True,
               help="glibc of the target base OS (2.35 Ubuntu 22.04, 2.36 Debian 12, 2.39 Ubuntu 24.04).")
 @click.option("--allow-minor-compat", is_flag=True,
@@ -83,6 +89,8 @@ def lock(nemo: str | None, release: str | None, mbridge: str | None, all_rows: b
          find_links: tuple[Path, ...], ca_bundle: Path | None, allow_source_build: bool, check: bool, no_wait: bool,
          as_json: bool,
          timings: bool) -> None:
+         interpreter: Path | None, find_links: tuple[Path, ...], ca_bundle: Path | None, check: bool,
+         no_wait: bool, as_json: bool, timings: bool) -> None:
     """Lock a NeMo stack: pyproject.toml + uv.lock + envbuilder.lock.json."""
     console = stderr_console()
     named = [o for o in (nemo, release, mbridge) if o is not None]
@@ -92,6 +100,9 @@ def lock(nemo: str | None, release: str | None, mbridge: str | None, all_rows: b
         raise click.UsageError("--python/--cuda/--torch/--set pick one row's versions: not with --all")
     matrix = load_matrix()
     host = host_facts(matrix, driver=driver, gpu=gpu, sm=sm, detect=not no_detect)
+    if interpreter is not None and mode != "host-torch":
+        raise click.UsageError("--interpreter goes with --mode host-torch")
+    host_torch = probe_torch(interpreter) if interpreter is not None else None
 
     def request(tag: str, option: str | None = None) -> ResolveRequest:
         row = matrix.find_row(name=tag)
@@ -100,6 +111,10 @@ def lock(nemo: str | None, release: str | None, mbridge: str | None, all_rows: b
                               torch_index=torch_index, overrides=parse_set(sets), source=source, mode=mode,
                               glibc=glibc, host=host, allow_minor_compat=allow_minor_compat,
                               source_build="allow" if allow_source_build else "forbid")
+    def request(tag: str) -> ResolveRequest:
+        return ResolveRequest(nemo=tag, python=python, cuda=cuda, torch=torch, torch_index=torch_index,
+                              overrides=parse_set(sets), source=source, mode=mode, glibc=glibc, host=host,
+                              allow_minor_compat=allow_minor_compat, host_torch=host_torch)
 
     base = LockOptions(output=output or Path("locks"), check=check, ca_bundle=ca_bundle,
                        find_links=list(find_links), offline_first=not online, wait=not no_wait)

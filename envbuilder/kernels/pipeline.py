@@ -29,7 +29,13 @@ from envbuilder.kernels.files import cache_root, fetch, link_or_copy
 from envbuilder.kernels.lockfiles import LockedFiles, by_name, read_locked_files
 from envbuilder.kernels.packages import arch_knobs, default_jobs
 from envbuilder.kernels.patch import GencodePatch, patch_sdist_tree
-from envbuilder.kernels.torchenv import TorchFacts, probe_interpreter, require_build_modules, sync_stage1_venv
+from envbuilder.kernels.torchenv import (
+    TorchFacts,
+    check_host_torch,
+    probe_interpreter,
+    require_build_modules,
+    sync_stage1_venv,
+)
 from envbuilder.kernels.wheelfile import add_local_version, local_tag
 from envbuilder.lock.record import read_record
 from envbuilder.matrix.model import Matrix
@@ -104,13 +110,13 @@ class WheelsResult:
     seconds: float
 
     def record(self) -> dict[str, Any]:
-        torch = {k: v for k, v in self.torch.to_dict().items() if k != "interpreter"}  # no host paths
-        return {"schema": SCHEMA, "lock_sha256": self.lock_sha256, "torch": torch,
+        return {"schema": SCHEMA, "lock_sha256": self.lock_sha256, "torch": self.torch.to_dict(),
                 "arch_list": self.arch_list.torch, "packages": [p.record() for p in self.packages]}
 
     def to_dict(self) -> dict[str, Any]:
-        return {"output": str(self.output), "lock_sha256": self.lock_sha256, "torch": self.torch.to_dict(),
-                "arch_list": self.arch_list.torch, "packages": [p.to_dict() for p in self.packages],
+        return {"output": str(self.output), "lock_sha256": self.lock_sha256, "arch_list": self.arch_list.torch,
+                "torch": {**self.torch.to_dict(), "interpreter": self.torch.interpreter},
+                "packages": [p.to_dict() for p in self.packages],
                 "seconds": round(self.seconds, 3)}
 
 
@@ -188,10 +194,17 @@ def _sdist_for(name: str, files: LockedFiles, opts: WheelsOptions, cache: Path, 
 
 def _choose_torch(opts: WheelsOptions, lockdir: Path, record: dict[str, Any], cache: Path,
                   progress: Progress) -> TorchFacts:
+    host_locked = bool((record.get("host") or {}).get("torch"))
     if opts.torch_from == "host":
         if opts.interpreter is None:
             raise InvalidOptionError("--torch-from host needs --interpreter PY", "pass the Python that has torch")
-        return probe_interpreter(opts.interpreter)
+        facts = probe_interpreter(opts.interpreter)
+        check_host_torch(record, facts)
+        return facts
+    if host_locked:
+        raise InvalidOptionError("this lock keeps the interpreter's torch (--mode host-torch): a venv synced from "
+                                 "it has no torch to build against",
+                                 "pass --torch-from host --interpreter PY (the venv `envbuilder install` made)")
     if opts.torch_from != "venv":
         raise InvalidOptionError(f"--torch-from {opts.torch_from}: unknown", "use venv or host")
     venv = cache / "venvs" / f"{record['lock_sha256'][:16]}-py{record['target']['python']}"

@@ -13,70 +13,41 @@ import json
 import shutil
 import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from envbuilder.atomic import write_atomic
-from envbuilder.errors import BuildTorchError, UvError
+from envbuilder.errors import BuildTorchError, HostTorchMismatchError, UvError
+from envbuilder.host.torchprobe import HostTorch, probe_torch
 from envbuilder.lock.record import RECORD_NAME
 from envbuilder.lock.uvrun import uv_binary, uv_env
 
 Progress = Callable[[str], None]
 
-_PROBE = r"""
-import importlib.util, json, sys, sysconfig
-out = {"python": "%d.%d" % sys.version_info[:2], "executable": sys.executable,
-       "py_tag": "cp%d%d" % sys.version_info[:2], "build_modules": {}}
-for m in ("setuptools", "wheel", "packaging", "ninja"):
-    out["build_modules"][m] = importlib.util.find_spec(m) is not None
-try:
-    import torch
-    out["torch"] = torch.__version__
-    out["cuda"] = torch.version.cuda
-    out["cxx11abi"] = bool(torch._C._GLIBCXX_USE_CXX11_ABI)
-    out["torch_path"] = torch.__file__
-except Exception as exc:
-    out["torch_error"] = "%s: %s" % (type(exc).__name__, exc)
-print(json.dumps(out))
-"""
-
-
-@dataclass(frozen=True)
-class TorchFacts:
-    interpreter: str
-    python: str          # "3.12"
-    py_tag: str          # "cp312"
-    torch: str           # "2.11.0+cu130"
-    cuda: str | None     # torch.version.cuda ("13.0"), None for a CPU build
-    cxx11abi: bool
-    build_modules: dict[str, bool]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"interpreter": self.interpreter, "python": self.python, "torch": self.torch, "cuda": self.cuda,
-                "cxx11abi": self.cxx11abi}
+# the build interpreter's facts are the host probe's (one reader of "what torch is this")
+TorchFacts = HostTorch
 
 
 def probe_interpreter(python: Path | str) -> TorchFacts:
-    """Run `python` and read its torch; BuildTorchError when it has none or cannot run."""
-    try:
-        proc = subprocess.run([str(python), "-c", _PROBE], capture_output=True, text=True, timeout=300)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise BuildTorchError(f"cannot run the interpreter {python}: {exc}",
-                              "pass --interpreter with the path of a Python that has torch") from exc
-    if proc.returncode != 0 or not proc.stdout.strip():
-        raise BuildTorchError(f"{python} failed: {proc.stderr.strip()[-300:]}",
-                              "pass --interpreter with the path of a working Python")
-    data = json.loads(proc.stdout.strip().splitlines()[-1])
-    if "torch" not in data:
-        raise BuildTorchError(f"{python} cannot import torch ({data.get('torch_error', 'not installed')})",
-                              "use --torch-from venv (the lock's torch), or an interpreter that has torch")
-    return TorchFacts(str(python), data["python"], data["py_tag"], data["torch"], data.get("cuda"),
-                      bool(data["cxx11abi"]), dict(data["build_modules"]))
+    return probe_torch(python)
+
+
+def check_host_torch(record: dict[str, Any], facts: TorchFacts) -> None:
+    """A --mode host-torch lock was made for one torch: building or installing on another breaks the ABI."""
+    want = (record.get("host") or {}).get("torch")
+    if not want:
+        return
+    got = {"version": facts.torch, "cuda": facts.cuda, "cxx11abi": facts.cxx11abi, "python": facts.python}
+    diff = [f"{k} {got[k]} (lock: {want.get(k)})" for k in ("version", "cuda", "cxx11abi", "python")
+            if want.get(k) != got[k]]
+    if diff:
+        raise HostTorchMismatchError(
+            f"{facts.interpreter} is not the interpreter this lock was made on: " + ", ".join(diff),
+            "use the interpreter the lock recorded, or re-lock: envbuilder lock --mode host-torch --interpreter PY")
 
 
 def require_build_modules(facts: TorchFacts, packages: list[str]) -> None:
-    missing = sorted(m for m, ok in facts.build_modules.items() if not ok)
+    missing = sorted(m for m, ok in facts.build_modules if not ok)
     if missing:
         raise BuildTorchError(
             f"{facts.interpreter} lacks {', '.join(missing)}, needed to build {', '.join(packages)} "

@@ -271,10 +271,13 @@ def build_record(res: Resolution, req: ResolveRequest, lockdir: Path, uv_version
             **({"source_build": req.source_build} if req.source_build != "allow" else {}),
         },
         host={"kind": res.host_origin, "driver": res.driver, "sm": res.sm,
-              "gpu": req.host.gpu_name, "gpu_count": req.host.gpu_count},
+              "gpu": req.host.gpu_name, "gpu_count": req.host.gpu_count,
+              # --mode host-torch: the interpreter's torch, which the lock never replaces
+              **({"torch": res.host_torch.to_dict()} if res.host_torch else {})},
         target=LockTarget(
             python=target_python or res.python, requires_python=res.requires_python, cuda=res.cuda,
-            cudnn=res.cudnn, torch=res.pins["torch"].version if "torch" in res.pins else None,
+            cudnn=res.cudnn, torch=res.pins["torch"].version if "torch" in res.pins else
+            (res.host_torch.torch if res.host_torch else None),
             torch_variant=res.torch_variant, torch_index=res.torch_index, min_driver=res.min_driver,
             glibc=res.glibc, platform="linux-x86_64", container=res.container,
         ),

@@ -135,9 +135,15 @@ def render_pyproject(res: Resolution, matrix: Matrix, constraints: list[str] | N
     never = [*(NGC_KEEP if res.mode == "ngc-base" else ()), *res.dropped]
     if never:
         uv["override-dependencies"] = _array([f"{n}; sys_platform == 'never'" for n in never])
+    if res.mode == "ngc-base":
+        uv["override-dependencies"] = _array([f"{n}; sys_platform == 'never'" for n in NGC_KEEP])
+    elif res.mode == "host-torch" and res.host_torch is not None:
+        # what the interpreter already has is never installed again (torch and what ships with it)
+        keep = sorted(set(res.host_torch.present) | {"torch"})
+        uv["override-dependencies"] = _array([f"{n}; sys_platform == 'never'" for n in keep])
 
     sources = tomlkit.table()
-    if res.torch_index and res.mode != "ngc-base":
+    if res.torch_index and res.mode not in ("ngc-base", "host-torch"):
         sources["torch"] = tomlkit.inline_table()
         sources["torch"].update({"index": f"pytorch-{res.torch_variant}"})
     for pin in sorted(res.pins.values(), key=lambda p: p.name):
@@ -151,7 +157,7 @@ def render_pyproject(res: Resolution, matrix: Matrix, constraints: list[str] | N
         sources[name] = src
     if len(sources):
         uv["sources"] = sources
-    if res.torch_index and res.mode != "ngc-base":
+    if res.torch_index and res.mode not in ("ngc-base", "host-torch"):
         index = tomlkit.aot()
         t = tomlkit.table()
         t.update({"name": f"pytorch-{res.torch_variant}", "url": res.torch_index, "explicit": True})

@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass, field
 
 from envbuilder.errors import InvalidOptionError, ResolveConflictError
+from envbuilder.host.torchprobe import HostTorch
 from envbuilder.resolve.components import canonical
 
 
@@ -39,6 +40,7 @@ class ResolveRequest:
     allow_minor_compat: bool = False
     row_option: str = "nemo"  # which of ROW_OPTIONS `row` is
     source_build: str = "allow"  # "forbid": a stage-2 package without a prebuilt wheel is an error
+    host_torch: HostTorch | None = None  # --mode host-torch: the interpreter's torch (probed by the CLI)
 
 
 _SET_RE = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*==\s*([A-Za-z0-9_.+!\-]+)\s*$")

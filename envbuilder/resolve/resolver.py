@@ -6,14 +6,16 @@ passes, adds a warning, or raises ResolveConflictError naming both sides and a f
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from envbuilder.canonical import version_tuple
 from envbuilder.choices import MODES, SOURCES, TORCH_INDEXES
+from envbuilder.choices import LOCK_MODES, SOURCES, TORCH_INDEXES
 from envbuilder.errors import InvalidOptionError, ResolveConflictError, UnknownPackageError, UnknownTagError
+from envbuilder.host.torchprobe import HostTorch, in_row_range
 from envbuilder.matrix.model import Fact, Matrix, Note, Release
 from envbuilder.matrix.prebuilt import PrebuiltVerdict
 from envbuilder.matrix.stacks import Stack, row_stacks
@@ -62,6 +64,7 @@ class Resolution:
     nemo_extras: tuple[str, ...] = ("all",)
     dropped: tuple[str, ...] = ()  # packages the lock must never install (matrix drop_packages)
     prebuilt: tuple[PrebuiltVerdict, ...] = ()  # per stage-2 kernel package: is there a prebuilt wheel
+    host_torch: HostTorch | None = None  # --mode host-torch
 
     def stage(self, n: int) -> list[Pin]:
         return [p for _, p in sorted(self.pins.items()) if p.stage == n]
@@ -344,8 +347,10 @@ def _check_flash_vs_te(matrix: Matrix, row: Release, chosen: dict[str, tuple[str
 
 
 def _check_mode(req: ResolveRequest, row: Release) -> None:
-    if req.mode not in MODES:
-        raise InvalidOptionError(f"--mode {req.mode}: unknown mode", "use --mode hermetic or --mode ngc-base")
+    if req.mode not in LOCK_MODES:
+        raise InvalidOptionError(f"--mode {req.mode}: unknown mode", f"use --mode {' or '.join(LOCK_MODES)}")
+    if req.mode == "host-torch":
+        _check_host_torch(req)
     if req.source not in SOURCES:
         raise InvalidOptionError(f"--source {req.source}: unknown source", "use --source pypi or --source git")
     if req.torch_index not in TORCH_INDEXES:
@@ -361,6 +366,41 @@ def _check_mode(req: ResolveRequest, row: Release) -> None:
                 "drop --torch, or use --mode hermetic")
 
 
+def _check_host_torch(req: ResolveRequest) -> None:
+    ht = req.host_torch
+    if ht is None:
+        raise InvalidOptionError("--mode host-torch needs --interpreter PY (the Python that has torch)",
+                                 "pass --interpreter /path/to/python")
+    if req.torch:
+        raise ResolveConflictError(f"--torch {req.torch} conflicts with --mode host-torch, which keeps the "
+                                   f"interpreter's torch {ht.torch}", "drop --torch")
+    if req.python and req.python != ht.python:
+        raise ResolveConflictError(f"--python {req.python} but the interpreter {ht.interpreter} is Python {ht.python}",
+                                   "drop --python, or pass another --interpreter")
+    if req.cuda and ht.cuda and req.cuda != ht.cuda:
+        raise ResolveConflictError(f"--cuda {req.cuda} but the interpreter's torch {ht.torch} is built for CUDA "
+                                   f"{ht.cuda}", "drop --cuda")
+
+
+def _host_torch_facts(req: ResolveRequest, row: Release, warnings: list[str], provenance: dict[str, str]
+                      ) -> tuple[ResolveRequest, str | None]:
+    """--mode host-torch: the request as the interpreter fixes it (Python, CUDA) and the row's torch."""
+    ht = req.host_torch
+    assert ht is not None
+    row_torch = str(row.torch.value) if row.torch.known else None
+    inside = in_row_range(ht.torch, row_torch)
+    if inside is False:
+        warnings.append(f"the interpreter's torch {ht.torch} is outside nemo {row.nemo}'s torch {row_torch} "
+                        f"(major.minor differ): kernels and NeMo may not support it")
+    provenance["torch"] = "host-torch:interpreter"
+    return replace(req, python=ht.python, cuda=ht.cuda), row_torch
+
+
+def _build_env(matrix: Matrix, row: Release, stage2: list[str]) -> dict[str, str]:
+    env = dict(row.stage2_env)
+    return dict(sorted(env.items()))
+
+
 def resolve(matrix: Matrix, req: ResolveRequest) -> Resolution:
     row = find_row(matrix, req.row, req.row_option)
     _check_mode(req, row)
@@ -371,13 +411,21 @@ def resolve(matrix: Matrix, req: ResolveRequest) -> Resolution:
     warnings: list[str] = []
     provenance: dict[str, str] = {}
 
+    if req.mode == "host-torch":
+        req, _row_torch = _host_torch_facts(req, row, warnings, provenance)
     ranges = _python_range(matrix, row, chosen)
     python, requires_python, provenance["python"] = _choose_python(req, ranges, row)
 
     torch_version = chosen.get("torch", (None, ""))[0]
-    cuda, provenance["cuda"], torch_index, variant, w = _choose_cuda(matrix, req, row, torch_version)
-    warnings += w
-    if torch_version:
+    if req.mode == "host-torch":
+        cuda, provenance["cuda"], torch_index, variant = req.cuda, "host-torch:interpreter", None, "host"
+        if req.python:
+            provenance["python"] = "host-torch:interpreter"
+            requires_python = f"=={req.python}.*"
+    else:
+        cuda, provenance["cuda"], torch_index, variant, w = _choose_cuda(matrix, req, row, torch_version)
+        warnings += w
+    if torch_version and req.mode != "host-torch":
         info = matrix.torch.get(torch_version)
         if info is not None and info.python.known and Version(python) not in SpecifierSet(str(info.python.value)):
             raise ResolveConflictError(f"torch {torch_version} supports Python {info.python.value}, not {python}",
@@ -407,6 +455,10 @@ def resolve(matrix: Matrix, req: ResolveRequest) -> Resolution:
         if req.mode == "ngc-base" and name == "torch":
             omitted["torch"] = f"kept from {row.container.value} (override-dependencies)"
             continue
+        if req.mode == "host-torch" and name == "torch":
+            assert req.host_torch is not None
+            omitted["torch"] = f"kept from the interpreter: torch {req.host_torch.torch} (override-dependencies)"
+            continue
         names = te_parts(cuda_major) if name == "transformer-engine" else [row.package_names.get(comp.field, name)]
         for part in names:
             git_url = git_tag = None
@@ -433,4 +485,5 @@ def resolve(matrix: Matrix, req: ResolveRequest) -> Resolution:
         provenance=dict(sorted(provenance.items())), warnings=tuple(warnings), notes=row.notes,
         sm=sm, driver=req.host.driver, host_origin=req.host.origin, nemo_extras=row.nemo_extras,
         dropped=tuple(sorted(d.package for d in row.drop_packages)), prebuilt=prebuilt,
+        host_torch=req.host_torch,
     )

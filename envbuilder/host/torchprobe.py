@@ -1,0 +1,93 @@
+"""The torch an existing interpreter already has (NGC container, cluster module, a machine's Python).
+
+Read by running the interpreter itself: torch's version with its local tag, the CUDA it was built
+with, its C++ ABI, the Python version, and which of the packages a host install keeps (torch and the
+packages that ship with it) are present. `lock --mode host-torch` records these facts, and `doctor`
+and `lock` compare them with the row.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from envbuilder.errors import BuildTorchError
+
+#: packages a host-torch lock never installs when the interpreter has them (torch brings them along)
+HOST_KEEP_CANDIDATES = ("torch", "torchvision", "torchaudio", "triton", "pytorch-triton")
+
+_PROBE = r"""
+import importlib.metadata as md, importlib.util, json, sys
+out = {"python": "%d.%d" % sys.version_info[:2], "executable": sys.executable,
+       "py_tag": "cp%d%d" % sys.version_info[:2], "build_modules": {}, "present": []}
+for m in ("setuptools", "wheel", "packaging", "ninja"):
+    out["build_modules"][m] = importlib.util.find_spec(m) is not None
+for d in CANDIDATES:
+    try:
+        md.version(d)
+        out["present"].append(d)
+    except md.PackageNotFoundError:
+        pass
+try:
+    import torch
+    out["torch"] = torch.__version__
+    out["cuda"] = torch.version.cuda
+    out["cxx11abi"] = bool(torch._C._GLIBCXX_USE_CXX11_ABI)
+except Exception as exc:
+    out["torch_error"] = "%s: %s" % (type(exc).__name__, exc)
+print(json.dumps(out))
+"""
+
+
+@dataclass(frozen=True)
+class HostTorch:
+    interpreter: str
+    python: str            # "3.12"
+    py_tag: str            # "cp312"
+    torch: str             # "2.11.0+cu130"
+    cuda: str | None       # torch.version.cuda; None for a CPU build
+    cxx11abi: bool
+    present: tuple[str, ...] = ()          # HOST_KEEP_CANDIDATES the interpreter has
+    build_modules: tuple[tuple[str, bool], ...] = ()
+
+    @property
+    def public_version(self) -> str:
+        return self.torch.split("+", 1)[0]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Deterministic facts only (no interpreter path): what a lock record keeps."""
+        return {"version": self.torch, "cuda": self.cuda, "cxx11abi": self.cxx11abi, "python": self.python,
+                "kept": list(self.present)}
+
+
+def probe_torch(python: Path | str) -> HostTorch:
+    """Run `python` and read its torch; BuildTorchError when it cannot run or has no torch."""
+    code = _PROBE.replace("CANDIDATES", repr(HOST_KEEP_CANDIDATES))
+    try:
+        proc = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise BuildTorchError(f"cannot run the interpreter {python}: {exc}",
+                              "pass --interpreter with the path of a Python that has torch") from exc
+    if proc.returncode != 0 or not proc.stdout.strip():
+        raise BuildTorchError(f"{python} failed: {proc.stderr.strip()[-300:]}",
+                              "pass --interpreter with the path of a working Python")
+    data = json.loads(proc.stdout.strip().splitlines()[-1])
+    if "torch" not in data:
+        raise BuildTorchError(f"{python} cannot import torch ({data.get('torch_error', 'not installed')})",
+                              "pass an interpreter that has torch (or use --mode hermetic / --torch-from venv)")
+    return HostTorch(str(python), data["python"], data["py_tag"], data["torch"], data.get("cuda"),
+                     bool(data["cxx11abi"]), tuple(data["present"]), tuple(sorted(data["build_modules"].items())))
+
+
+def in_row_range(host_torch: str, row_torch: str | None) -> bool | None:
+    """Same major.minor as the row's torch (NGC's '2.8.0a0+5228986c39.nv25.06' counts as 2.8); None if unknown."""
+    if not row_torch or row_torch in ("none", "unknown"):
+        return None
+
+    def mm(v: str) -> tuple[str, ...]:
+        return tuple(v.split("+", 1)[0].split(".")[:2])
+
+    return mm(host_torch) == mm(row_torch)

@@ -1,0 +1,65 @@
+"""--mode host-torch: lock on top of an interpreter's torch, record it, never replace it.
+
+The HostTorch values below are plain input data (what `probe_torch` reads from an interpreter);
+the probe itself runs for real in test_bundle_integration.py on a venv with the CPU torch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from envbuilder.errors import HostTorchMismatchError, InvalidOptionError, ResolveConflictError
+from envbuilder.host.torchprobe import HostTorch, in_row_range
+from envbuilder.kernels.torchenv import check_host_torch
+from envbuilder.matrix import Matrix, load_matrix
+from envbuilder.render.pyproject import render_pyproject
+from envbuilder.resolve import ResolveRequest, resolve
+
+FIXTURE = Path(__file__).parent / "fixtures" / "matrix"
+# the GPU machines' Python: 3.12 with torch 2.11.0+cu130 (issue 12)
+GPU_HOST = HostTorch("/usr/bin/python3", "3.12", "cp312", "2.11.0+cu130", "13.0", True, ("torch", "triton"))
+
+
+@pytest.fixture(scope="module")
+def m() -> Matrix:
+    return load_matrix(FIXTURE)
+
+
+def test_row_range_is_major_minor() -> None:
+    assert in_row_range("2.7.0a0+7c8ec84dab.nv25.03", "2.7.0") is True  # an NGC build
+    assert in_row_range("2.11.0+cu130", "2.7.0") is False
+    assert in_row_range("2.11.0", None) is None
+
+
+def test_host_torch_lock_keeps_the_interpreter(m: Matrix) -> None:
+    r = resolve(m, ResolveRequest(nemo="v2.3.0", mode="host-torch", host_torch=GPU_HOST))
+    assert "torch" not in r.pins and "torch 2.11.0+cu130" in r.omitted["torch"]
+    assert r.python == "3.12" and r.requires_python == "==3.12.*" and r.cuda == "13.0"
+    assert r.provenance["torch"] == "host-torch:interpreter"
+    assert any("outside nemo v2.3.0's torch" in w for w in r.warnings)
+    # TE's core wheel follows the interpreter's CUDA major
+    assert "transformer-engine-cu13" in r.pins
+    text = render_pyproject(r, m, [], {})
+    assert "override-dependencies = [" in text and "\"torch; sys_platform == 'never'\"" in text
+    assert "\"triton; sys_platform == 'never'\"" in text and "pytorch-" not in text
+
+
+def test_host_torch_conflicts(m: Matrix) -> None:
+    with pytest.raises(InvalidOptionError):
+        resolve(m, ResolveRequest(nemo="v2.3.0", mode="host-torch"))
+    with pytest.raises(ResolveConflictError):
+        resolve(m, ResolveRequest(nemo="v2.3.0", mode="host-torch", host_torch=GPU_HOST, torch="2.7.0"))
+    with pytest.raises(ResolveConflictError):
+        resolve(m, ResolveRequest(nemo="v2.3.0", mode="host-torch", host_torch=GPU_HOST, python="3.11"))
+
+
+def test_build_or_install_on_another_torch_is_refused() -> None:
+    record = {"host": {"torch": GPU_HOST.to_dict()}}
+    check_host_torch(record, GPU_HOST)
+    other = HostTorch("/opt/py", "3.12", "cp312", "2.10.0+cu130", "13.0", True)
+    with pytest.raises(HostTorchMismatchError) as exc:
+        check_host_torch(record, other)
+    assert "version 2.10.0+cu130 (lock: 2.11.0+cu130)" in exc.value.cause
+    check_host_torch({"host": {}}, other)  # a hermetic lock: nothing to compare
