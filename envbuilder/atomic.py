@@ -17,6 +17,7 @@ import fcntl
 import json
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -140,6 +141,8 @@ def _renameat2_exchange(a: Path, b: Path) -> bool:
 def promote_dir(staging: Path, target: Path) -> None:
     """Replace directory `target` by `staging` so readers see the old or the new, never a mix."""
     staging, target = Path(staging), Path(target)
+    # mkdtemp makes staging 0700: the output gets the mode the old directory had, or 0755
+    os.chmod(staging, stat.S_IMODE(target.stat().st_mode) if target.is_dir() else DIR_MODE)
     if not target.exists():
         os.rename(staging, target)
         return

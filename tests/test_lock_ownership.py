@@ -153,3 +153,17 @@ def test_abandoned_leftovers_are_told_from_live_ones(tmp_path: Path) -> None:
     with hold(live):
         removed = remove_abandoned(tmp_path, ".x.sqsh.", ".tmp")
     assert removed == [dead] and live.exists() and (tmp_path / "x.sqsh").exists()
+
+
+def test_promoted_directories_are_0755_or_keep_their_mode(tmp_path: Path) -> None:
+    from envbuilder.atomic import promote_dir, staging_dir
+
+    target = tmp_path / "bundle"
+    with staging_dir(target) as st:
+        (st / "f").write_text("x")
+        promote_dir(st, target)
+    assert _mode(target) == 0o755
+    target.chmod(0o750)
+    with staging_dir(target) as st:
+        promote_dir(st, target)
+    assert _mode(target) == 0o750
