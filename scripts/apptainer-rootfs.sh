@@ -3,9 +3,11 @@
 #
 # Debian 12 has no apptainer package; sid has (1.4.x). No image registry is reachable, so the
 # rootfs is bootstrapped with mmdebstrap and kept under the cache dir:
-#   $CACHE/apptainer-sid/rootfs.tar   what mmdebstrap wrote (kept: re-extracting is ~5 s)
-#   $CACHE/apptainer-sid/root/        the extracted tree that scripts/bin/apptainer enters
-#   $CACHE/apptainer-sid/stamp        the inputs below; a change rebuilds
+#   $CACHE/apptainer-sid-KEY/rootfs.tar   what mmdebstrap wrote (kept: re-extracting is ~5 s)
+#   $CACHE/apptainer-sid-KEY/root/        the extracted tree that scripts/bin/apptainer enters
+#   $CACHE/apptainer-sid-KEY/stamp        the inputs below
+# KEY hashes the inputs (suite, packages, user): checkouts with different inputs keep separate
+# rootfs trees instead of rebuilding each other's; a lock file serialises concurrent builds.
 # CACHE is $ENVBUILDER_CACHE_DIR, else ${XDG_CACHE_HOME:-~/.cache}/envbuilder.
 # Usage: scripts/apptainer-rootfs.sh [--force]    (prints the root dir on stdout)
 # The rootfs has an unprivileged user `runner` (uid/gid 1000, subordinate ids for --fakeroot):
@@ -14,7 +16,6 @@
 set -euo pipefail
 
 CACHE="${ENVBUILDER_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/envbuilder}"
-DIR="$CACHE/apptainer-sid"
 SUITE=sid
 MIRROR="${ENVBUILDER_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 PACKAGES="apptainer,squashfuse,fuse3,squashfs-tools,uidmap,mount,util-linux,ca-certificates,python3"
@@ -22,6 +23,7 @@ RUNNER_UID=1000
 # fixed so the tree's timestamps do not change between bootstraps (2025-05-17)
 SOURCE_DATE_EPOCH=1747440000
 STAMP="suite=$SUITE packages=$PACKAGES runner=$RUNNER_UID v=1"
+DIR="$CACHE/apptainer-sid-$(printf '%s' "$STAMP" | sha256sum | cut -c1-12)"
 
 force=0
 [ "${1:-}" = "--force" ] && force=1
@@ -35,6 +37,13 @@ fi
 command -v mmdebstrap >/dev/null || { echo "apptainer-rootfs: mmdebstrap missing; run scripts/setup-host.sh" >&2; exit 1; }
 
 mkdir -p "$DIR"
+exec 9>"$CACHE/apptainer-sid.lock"
+flock 9
+# another process may have finished it while this one waited for the lock
+if [ "$force" = 0 ] && [ -f "$DIR/stamp" ] && [ -x "$DIR/root/usr/bin/apptainer" ]; then
+  echo "$DIR/root"
+  exit 0
+fi
 tmp_tar="$DIR/.rootfs.$$.tar"  # mmdebstrap picks its output format by the suffix
 tmp_root="$DIR/.root.$$"
 trap 'rm -rf "$tmp_tar" "$tmp_root"' EXIT
