@@ -34,11 +34,11 @@ def test_row_range_is_major_minor() -> None:
 
 
 def test_host_torch_lock_keeps_the_interpreter(m: Matrix) -> None:
-    r = resolve(m, ResolveRequest(nemo="v2.3.0", mode="host-torch", host_torch=GPU_HOST))
+    r = resolve(m, ResolveRequest(row="v2.3.0", mode="host-torch", host_torch=GPU_HOST))
     assert "torch" not in r.pins and "torch 2.11.0+cu130" in r.omitted["torch"]
     assert r.python == "3.12" and r.requires_python == "==3.12.*" and r.cuda == "13.0"
     assert r.provenance["torch"] == "host-torch:interpreter"
-    assert any("outside nemo v2.3.0's torch" in w for w in r.warnings)
+    assert any("is outside" in w and "v2.3.0" in w for w in r.warnings)
     # TE's core wheel follows the interpreter's CUDA major
     assert "transformer-engine-cu13" in r.pins
     text = render_pyproject(r, m, [], {})
@@ -48,11 +48,11 @@ def test_host_torch_lock_keeps_the_interpreter(m: Matrix) -> None:
 
 def test_host_torch_conflicts(m: Matrix) -> None:
     with pytest.raises(InvalidOptionError):
-        resolve(m, ResolveRequest(nemo="v2.3.0", mode="host-torch"))
+        resolve(m, ResolveRequest(row="v2.3.0", mode="host-torch"))
     with pytest.raises(ResolveConflictError):
-        resolve(m, ResolveRequest(nemo="v2.3.0", mode="host-torch", host_torch=GPU_HOST, torch="2.7.0"))
+        resolve(m, ResolveRequest(row="v2.3.0", mode="host-torch", host_torch=GPU_HOST, torch="2.7.0"))
     with pytest.raises(ResolveConflictError):
-        resolve(m, ResolveRequest(nemo="v2.3.0", mode="host-torch", host_torch=GPU_HOST, python="3.11"))
+        resolve(m, ResolveRequest(row="v2.3.0", mode="host-torch", host_torch=GPU_HOST, python="3.11"))
 
 
 def test_build_or_install_on_another_torch_is_refused() -> None:

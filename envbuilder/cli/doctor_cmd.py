@@ -84,7 +84,7 @@ def _host_torch_report(interpreter: Path, matrix: Matrix | None) -> dict[str, An
         if row.test_only:
             continue
         verdict = in_row_range(ht.torch, str(row.torch.value) if row.torch.known else None)
-        rows[{True: "inside", False: "outside", None: "unknown"}[verdict]].append(row.nemo)
+        rows[{True: "inside", False: "outside", None: "unknown"}[verdict]].append(row.name)
     return {"interpreter": str(interpreter), **ht.to_dict(), "rows": rows}
 
 

@@ -7,9 +7,15 @@ from pathlib import Path
 
 import click
 
-from envbuilder.choices import DEFAULT_MODE, DEFAULT_SOURCE, DEFAULT_TORCH_INDEX, MODES, SOURCES, TORCH_INDEXES
+from envbuilder.choices import (
+    DEFAULT_MODE,
+    DEFAULT_SOURCE,
+    DEFAULT_TORCH_INDEX,
+    LOCK_MODES,
+    SOURCES,
+    TORCH_INDEXES,
+)
 from envbuilder.cli.matrix_cmd import chosen_row, row_options
-from envbuilder.choices import DEFAULT_MODE, DEFAULT_SOURCE, DEFAULT_TORCH_INDEX, LOCK_MODES, SOURCES, TORCH_INDEXES
 from envbuilder.cli.options import choice, host_options, json_option, timings_option
 from envbuilder.console import emit_json, stderr_console
 from envbuilder.host.torchprobe import probe_torch
@@ -86,11 +92,8 @@ def lock(nemo: str | None, release: str | None, mbridge: str | None, all_rows: b
          online: bool, output: Path | None, python: str | None, cuda: str | None, torch: str | None,
          torch_index: str, driver: str | None, gpu: str | None, sm: str | None, no_detect: bool,
          sets: tuple[str, ...], source: str, mode: str, glibc: str, allow_minor_compat: bool,
-         find_links: tuple[Path, ...], ca_bundle: Path | None, allow_source_build: bool, check: bool, no_wait: bool,
-         as_json: bool,
-         timings: bool) -> None:
-         interpreter: Path | None, find_links: tuple[Path, ...], ca_bundle: Path | None, check: bool,
-         no_wait: bool, as_json: bool, timings: bool) -> None:
+         interpreter: Path | None, find_links: tuple[Path, ...], ca_bundle: Path | None, allow_source_build: bool,
+         check: bool, no_wait: bool, as_json: bool, timings: bool) -> None:
     """Lock a NeMo stack: pyproject.toml + uv.lock + envbuilder.lock.json."""
     console = stderr_console()
     named = [o for o in (nemo, release, mbridge) if o is not None]
@@ -110,11 +113,7 @@ def lock(nemo: str | None, release: str | None, mbridge: str | None, all_rows: b
         return ResolveRequest(row=tag, row_option=option, python=python, cuda=cuda, torch=torch,
                               torch_index=torch_index, overrides=parse_set(sets), source=source, mode=mode,
                               glibc=glibc, host=host, allow_minor_compat=allow_minor_compat,
-                              source_build="allow" if allow_source_build else "forbid")
-    def request(tag: str) -> ResolveRequest:
-        return ResolveRequest(nemo=tag, python=python, cuda=cuda, torch=torch, torch_index=torch_index,
-                              overrides=parse_set(sets), source=source, mode=mode, glibc=glibc, host=host,
-                              allow_minor_compat=allow_minor_compat, host_torch=host_torch)
+                              source_build="allow" if allow_source_build else "forbid", host_torch=host_torch)
 
     base = LockOptions(output=output or Path("locks"), check=check, ca_bundle=ca_bundle,
                        find_links=list(find_links), offline_first=not online, wait=not no_wait)

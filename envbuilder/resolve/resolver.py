@@ -12,7 +12,6 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from envbuilder.canonical import version_tuple
-from envbuilder.choices import MODES, SOURCES, TORCH_INDEXES
 from envbuilder.choices import LOCK_MODES, SOURCES, TORCH_INDEXES
 from envbuilder.errors import InvalidOptionError, ResolveConflictError, UnknownPackageError, UnknownTagError
 from envbuilder.host.torchprobe import HostTorch, in_row_range
@@ -390,15 +389,10 @@ def _host_torch_facts(req: ResolveRequest, row: Release, warnings: list[str], pr
     row_torch = str(row.torch.value) if row.torch.known else None
     inside = in_row_range(ht.torch, row_torch)
     if inside is False:
-        warnings.append(f"the interpreter's torch {ht.torch} is outside nemo {row.nemo}'s torch {row_torch} "
+        warnings.append(f"the interpreter's torch {ht.torch} is outside {row.name}'s torch {row_torch} "
                         f"(major.minor differ): kernels and NeMo may not support it")
     provenance["torch"] = "host-torch:interpreter"
     return replace(req, python=ht.python, cuda=ht.cuda), row_torch
-
-
-def _build_env(matrix: Matrix, row: Release, stage2: list[str]) -> dict[str, str]:
-    env = dict(row.stage2_env)
-    return dict(sorted(env.items()))
 
 
 def resolve(matrix: Matrix, req: ResolveRequest) -> Resolution:
