@@ -218,7 +218,8 @@ def _choose_cuda(matrix: Matrix, req: ResolveRequest, row: Release, torch_versio
     if req.cuda is None and row_variant:
         wanted = row_variant
     if info is None or not info.cuda_variants.known:
-        warnings.append(f"torch {torch_version} is not in matrices/torch.toml: CUDA variant {wanted} unchecked")
+        why = "is not in matrices/torch.toml" if info is None else "has unknown CUDA variants in matrices/torch.toml"
+        warnings.append(f"torch {torch_version} {why}: CUDA variant {wanted} unchecked")
         return cuda, cuda_prov, None, wanted, warnings
     variants = [str(v) for v in info.cuda_variants.value]
     if wanted not in variants:
