@@ -390,7 +390,7 @@ def _host_torch_facts(req: ResolveRequest, row: Release, warnings: list[str], pr
     row_torch = str(row.torch.value) if row.torch.known else None
     inside = in_row_range(ht.torch, row_torch)
     if inside is False:
-        warnings.append(f"the interpreter's torch {ht.torch} is outside {row.name}'s torch {row_torch} "
+        warnings.append(f"the interpreter's torch {ht.torch} is outside {row.label}'s torch {row_torch} "
                         f"(major.minor differ): kernels and NeMo may not support it")
     provenance["torch"] = "host-torch:interpreter"
     return replace(req, python=ht.python, cuda=ht.cuda), row_torch
