@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 from rich.table import Table
 
+from envbuilder.atomic import write_atomic
 from envbuilder.cli.options import json_option
-from envbuilder.console import emit_json, stdout_console
-from envbuilder.errors import InvalidOptionError
+from envbuilder.console import emit_json, stderr_console, stdout_console
+from envbuilder.errors import InvalidOptionError, MatrixBehindError, NetworkError
 from envbuilder.matrix import Matrix, Release, load_matrix
+from envbuilder.matrix.refresh import WATCHED, fetch_snapshot, load_snapshot, refresh
 from envbuilder.matrix.stacks import row_stacks
 from envbuilder.resolve.resolver import find_row
 
@@ -117,3 +120,50 @@ def show(nemo: str | None, release: str | None, mbridge: str | None, as_json: bo
     for n in summary["notes"]:
         console.print(f"[{'yellow' if n['severity'] == 'warn' else 'blue'}]{n['severity']}[/]: {n['text']} "
                       f"({n['source']})")
+
+
+@matrix.command("refresh")
+@click.option("--snapshot", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
+              help="Read a recorded index snapshot (JSON) instead of PyPI.")
+@click.option("--draft", "draft_path", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Write the unverified draft entries (TOML) to this file for review.")
+@click.option("--ca-bundle", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
+              help="CA bundle for a TLS-intercepting proxy (default: SSL_CERT_FILE when set).")
+@json_option()
+def refresh_cmd(snapshot: Path | None, draft_path: Path | None, ca_bundle: Path | None, as_json: bool) -> None:
+    """Upstream releases newer than the matrix, with unverified draft entries; exit 83 when behind."""
+    m = load_matrix()
+    console = stderr_console()
+    if snapshot is not None:
+        snap, source = load_snapshot(snapshot), str(snapshot)
+    else:
+        try:
+            snap = fetch_snapshot(sorted(WATCHED), ca_bundle, progress=lambda msg: console.print(msg, markup=False))
+        except OSError as exc:
+            raise NetworkError(f"cannot read the package index: {exc}",
+                               "check network access (or --ca-bundle), or pass --snapshot FILE") from exc
+        source = "pypi"
+    result = refresh(m, snap, source)
+    if draft_path is not None and result.draft:
+        write_atomic(draft_path, result.draft)
+    behind = None
+    if result.behind:
+        packages = sorted({n.package for n in result.new})
+        behind = MatrixBehindError(f"the matrix is behind: {len(result.new)} newer upstream release(s) of "
+                                   f"{', '.join(packages)}",
+                                   "review the draft (--draft FILE), confirm each fact, and add the rows")
+    if as_json:
+        # one JSON document: the report, with the error when behind (the exit code says it too)
+        emit_json({**result.to_dict(), "error": behind.to_dict() if behind else None})
+        if behind is not None:
+            console.print(f"error: {behind.cause}", markup=False)
+            raise SystemExit(behind.exit_code)
+        return
+    table = Table("package", "new version", "first upload", "newest in matrix")
+    for n in result.new:
+        table.add_row(n.package, n.version, n.first_upload, n.newest_known or "")
+    stdout_console().print(table)
+    if draft_path is not None and result.draft:
+        console.print(f"draft written to {draft_path} (unverified)")
+    if behind is not None:
+        raise behind
