@@ -530,3 +530,40 @@ def test_compare_without_apptainer_exit_45_before_exporting(whiteout_image: str,
     r = _cli("export", whiteout_image, "-o", str(tmp_path / "x.sif"), "--compare")
     assert r.returncode == 45 and "apptainer" in r.stderr
     assert _leftovers(tmp_path) == []
+
+
+def test_sigkill_leaves_no_mksquashfs_and_the_next_export_cleans_up(big_image: str, tiny_image: str,
+                                                                     tmp_path: Path) -> None:
+    """kill -9 mid-export: PR_SET_PDEATHSIG takes mksquashfs down; the next export removes the leftovers."""
+    from faultkit import alive, children_of
+
+    out = tmp_path / "out"
+    out.mkdir()
+    target = out / "keep.sqsh"
+    target.write_bytes(b"previous artifact")
+    proc = subprocess.Popen([sys.executable, "-m", "envbuilder", "export", big_image, "-o", str(target),
+                             "--no-snippets"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    squash: list[int] = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not squash and proc.poll() is None:
+        squash = [p for p in children_of(proc.pid) if _comm(p) == "mksquashfs"]
+        time.sleep(0.05)
+    assert squash, "mksquashfs never started"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=30)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and alive(squash[0]):
+        time.sleep(0.05)
+    assert not alive(squash[0]), "mksquashfs outlived a SIGKILLed envbuilder"
+    assert len(_leftovers(out)) > 1 and target.read_bytes() == b"previous artifact"
+    again = subprocess.run([sys.executable, "-m", "envbuilder", "export", tiny_image, "-o", str(target),
+                            "--no-snippets"], capture_output=True, text=True, check=False)
+    assert again.returncode == 0, again.stderr
+    assert _leftovers(out) == ["keep.sqsh"]
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:  # it exited meanwhile
+        return ""
