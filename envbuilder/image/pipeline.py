@@ -223,9 +223,7 @@ def build_image(opts: BuildOptions, console: Console) -> dict[str, Any]:
         tail = log.tail(LOG_TAIL)
         cause, fix = _advice_for(log)
         where = failed.short if failed else (log.solve_error or "the build")
-        console.print(f"[red]build failed at[/] {escape(where)}")
-        for ln in tail:
-            console.print(f"  | {ln}", markup=False)
+        console.print(f"[red]build failed at[/] {escape(where)}")  # the CLI prints log_tail above the error
         raise BuildFailedError(
             f"docker build failed at {where}" + (f": {cause}" if cause else ""),
             fix or f"see the last lines above and the full log at {log_path}",
