@@ -17,11 +17,12 @@ from envbuilder.canonical import sha256_file
 from envbuilder.certify.expect import EXPECT_SCHEMA, normalize
 from envbuilder.errors import LockDirError
 from envbuilder.lock.record import RECORD_NAME, LockRecord
+from envbuilder.matrix import load_matrix
 
 if sys.version_info >= (3, 11):
-    import tomllib
+    pass
 else:  # pragma: no cover
-    import tomli as tomllib
+    pass
 
 
 def _marker_env(python: str) -> dict[str, str]:
@@ -70,38 +71,24 @@ def locked_packages(lockdir: Path, python: str, uv_bin: str) -> dict[str, str]:
 
 
 def datasheet(matrices: Path) -> list[dict[str, Any]]:
-    """[{names, bf16_dense_tflops}] from matrices/gpus.toml (empty when the file is absent)."""
-    path = matrices / "gpus.toml"
-    if not path.exists():
-        return []
-    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    """[{names, bf16_dense_tflops}] of every GPU in the loaded matrix that has a datasheet figure."""
     out = []
-    for g in data.get("gpu", []):
-        tf = g.get("bf16_dense_tflops")
-        tf = tf.get("value") if isinstance(tf, dict) else tf
-        if not isinstance(tf, (int, float)):
+    for g in load_matrix(matrices).gpus:
+        tf = g.fact("bf16_dense_tflops")
+        if tf is None or not tf.known or not isinstance(tf.value, (int, float)):
             continue
-        aliases = g.get("aliases", [])
-        aliases = aliases.get("value", []) if isinstance(aliases, dict) else aliases
-        name = g.get("name")
-        name = name.get("value") if isinstance(name, dict) else name
-        out.append({"names": sorted({str(name), *map(str, aliases)}), "bf16_dense_tflops": float(tf)})
+        out.append({"names": sorted({g.name, *g.aliases}), "bf16_dense_tflops": float(tf.value)})
     return sorted(out, key=lambda e: e["names"])
 
 
 def torch_cxx11_abi(matrices: Path, torch_version: str | None) -> bool | None:
-    path = matrices / "torch.toml"
-    if not torch_version or not path.exists():
+    """Whether the matrix's torch release (local tag ignored) is built with the C++11 ABI."""
+    if not torch_version:
         return None
-    public = torch_version.split("+")[0]
-    for t in tomllib.loads(path.read_text(encoding="utf-8")).get("torch", []):
-        v = t.get("version")
-        v = v.get("value") if isinstance(v, dict) else v
-        if v == public:
-            abi = t.get("cxx11_abi")
-            abi = abi.get("value") if isinstance(abi, dict) else abi
-            return abi if isinstance(abi, bool) else None
-    return None
+    info = load_matrix(matrices).torch.get(torch_version.split("+")[0])
+    if info is None or not info.cxx11_abi.known:
+        return None
+    return info.cxx11_abi.value if isinstance(info.cxx11_abi.value, bool) else None
 
 
 @dataclass(frozen=True)

@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from envbuilder.errors import InvalidOptionError, MatrixFileError
-from envbuilder.paths import matrices_dir
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
-UNKNOWN = "unknown"
-TEST_BASE_DEFAULT = "envbuilder/test-base:bookworm"
+from envbuilder.matrix.images import UNKNOWN, load_images
 
 
 @dataclass(frozen=True)
@@ -34,24 +25,8 @@ class BaseChoice:
                 "the image is reproducible only while that tag does not move")
 
 
-def _load(path: Path) -> dict[str, Any]:
-    try:
-        with open(path, "rb") as fh:
-            return tomllib.load(fh)
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise MatrixFileError(f"{path}: {exc}", "fix the file or restore it from git") from exc
-
-
-def _pinned(entry: dict[str, Any]) -> tuple[str, bool]:
-    ref, digest = str(entry["value"]), str(entry.get("digest", UNKNOWN))
-    if digest.startswith("sha256:"):
-        return f"{ref}@{digest}", True
-    return ref, False
-
-
 def test_base_tag() -> str:
-    data = _load(matrices_dir() / "images.toml")
-    return str(data.get("test_base", {}).get("value", TEST_BASE_DEFAULT))
+    return load_images().test_base
 
 
 def choose_bases(target: dict[str, Any], mode: str, base: str | None,
@@ -68,28 +43,26 @@ def choose_bases(target: dict[str, Any], mode: str, base: str | None,
                 f"the lock's target container is {container or 'none'}, not an NGC PyTorch image",
                 "pass --base nvcr.io/nvidia/pytorch:YY.MM-py3 (the container the lock was made for)")
         return BaseChoice(container, container, "@sha256:" in container, "system", "lock target.container")
-    data = _load(images_file or matrices_dir() / "images.toml")
+    table = load_images(images_file)
     cuda = str(target.get("cuda") or "none")
     if cuda in ("none", "", UNKNOWN):
-        tb = data.get("test_base", {})
-        ref = str(tb.get("value", TEST_BASE_DEFAULT))
+        ref = table.test_base
         return BaseChoice(ref, ref, False, "system", "images.toml [test_base] (the lock targets no CUDA)")
-    for entry in data.get("cuda", []):
-        if str(entry.get("cuda")) == cuda:
-            builder, b_pinned = _pinned(entry["builder"])
-            runtime, r_pinned = _pinned(entry["runtime"])
-            py = "system" if str(entry.get("python", "none")) == str(target.get("python")) else "uv"
-            return BaseChoice(builder, runtime, b_pinned and r_pinned, py, f"images.toml cuda={cuda}")
-    known = ", ".join(str(e.get("cuda")) for e in data.get("cuda", []))
+    entry = table.for_cuda(cuda)
+    if entry is not None:
+        py = "system" if entry.python == str(target.get("python")) else "uv"
+        return BaseChoice(entry.builder.pinned, entry.runtime.pinned,
+                          entry.builder.digest_known and entry.runtime.digest_known, py, f"images.toml cuda={cuda}")
+    known = ", ".join(e.cuda for e in table.cuda)
     raise InvalidOptionError(f"no base image for CUDA {cuda} in matrices/images.toml (known: {known})",
                              "pass --base IMAGE, or add the CUDA version to matrices/images.toml")
 
 
 def default_bases(images_file: Path | None = None) -> tuple[str, str]:
     """The default CUDA's builder/runtime tags (the top-level Dockerfile's ARG defaults)."""
-    data = _load(images_file or matrices_dir() / "images.toml")
-    cuda = str(data.get("default_cuda"))
-    for entry in data.get("cuda", []):
-        if str(entry.get("cuda")) == cuda:
-            return _pinned(entry["builder"])[0], _pinned(entry["runtime"])[0]
-    raise MatrixFileError(f"images.toml: default_cuda {cuda} has no [[cuda]] entry", "fix matrices/images.toml")
+    table = load_images(images_file)
+    entry = table.for_cuda(table.default_cuda)
+    if entry is None:
+        raise MatrixFileError(f"images.toml: default_cuda {table.default_cuda!r} has no [[cuda]] entry",
+                              "fix matrices/images.toml")
+    return entry.builder.pinned, entry.runtime.pinned
