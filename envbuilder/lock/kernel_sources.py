@@ -13,8 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envbuilder.errors import NoCudaSourcesError, SdistFetchError
+from envbuilder.lock.metadata import compare, derive_requires, install_requires, pkg_info_requires
 from envbuilder.lock.sdist import SdistContents, fetch_sdist, read_sdist
 from envbuilder.lock.uvlock import LockedPackage
+from envbuilder.matrix.model import Matrix
 from envbuilder.resolve.resolver import Resolution
 
 
@@ -42,7 +44,7 @@ def require_cuda_sources(package: str, version: str, contents: SdistContents) ->
 def check_kernel_sources(res: Resolution, locked: list[LockedPackage], ca_bundle: Path | None = None,
                          progress: Callable[[str], None] = lambda _: None,
                          fetch: Callable[[str, str | None, Path | None], Path] = fetch_sdist,
-                         ) -> list[KernelSourceCheck]:
+                         matrix: Matrix | None = None) -> list[KernelSourceCheck]:
     """Check each stage-2 pin that uv locked as an sdist from the index (no usable wheel)."""
     by_name = {p.name: p for p in locked}
     checked: list[KernelSourceCheck] = []
@@ -59,4 +61,46 @@ def check_kernel_sources(res: Resolution, locked: list[LockedPackage], ca_bundle
         contents = read_sdist(path)
         require_cuda_sources(pin.name, pkg.version, contents)
         checked.append(KernelSourceCheck(pin.name, pkg.version, contents))
+        if matrix is not None:
+            _check_table(matrix, res, pin.name, pkg.version, contents, progress)
     return checked
+
+
+def _check_table(matrix: Matrix, res: Resolution, name: str, version: str, contents: SdistContents,
+                 progress: Callable[[str], None]) -> None:
+    """The table is a cache of PKG-INFO: say when they disagree (or when PKG-INFO cannot tell)."""
+    bp = matrix.build_packages.get(name)
+    if bp is None or not bp.covers(version):
+        return
+    cuda_major = res.cuda.split(".")[0] if res.cuda else ""
+    table = [r.replace("{version}", version).replace("{cuda_major}", cuda_major) for r in bp.requires_dist(version)]
+    info = pkg_info_requires(name, version, contents)
+    if info.requires_dist is None:
+        progress(f"{name} {version}: metadata from matrices/build_packages.toml only ({info.note})")
+        return
+    diff = compare(table, info.requires_dist)
+    if diff:
+        progress(f"warning: {name} {version}: matrices/build_packages.toml differs from {info.note}: "
+                 + "; ".join(diff))
+
+
+def derive_uncovered(matrix: Matrix, res: Resolution, ca_bundle: Path | None = None,
+                     progress: Callable[[str], None] = lambda _: None) -> dict[str, list[str]]:
+    """Requires-Dist from PKG-INFO for stage-2 sdists whose version the table does not cover."""
+    out: dict[str, list[str]] = {}
+    for pin in res.stage(2):
+        bp = matrix.build_packages.get(pin.name)
+        sdist_only = bp.get("sdist_only") if bp is not None else None
+        if bp is None or pin.git_url or sdist_only is None or sdist_only.value is not True or bp.covers(pin.version):
+            continue
+        try:
+            info = derive_requires(pin.name, pin.version, ca_bundle)
+        except (OSError, ValueError) as exc:
+            raise SdistFetchError(f"cannot read {pin.name} {pin.version}'s sdist metadata: {exc}",
+                                  "check network access to the index (or --ca-bundle), then lock again") from exc
+        if info.requires_dist is None:
+            progress(f"{pin.name} {pin.version}: {info.note}; using the table's generic requires_dist")
+            continue
+        out[pin.name] = install_requires(info.requires_dist)
+        progress(f"{pin.name} {pin.version}: dependency metadata from {info.note}")
+    return out

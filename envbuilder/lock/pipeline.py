@@ -23,7 +23,7 @@ from packaging.version import Version
 from envbuilder.atomic import claim_output_dir, commit_files, os_error, owned_names, staging_dir, write_atomic
 from envbuilder.errors import EnvbuilderError, LockOutOfDateError, NetworkError, PlatformWheelError
 from envbuilder.lock.interpreter import interpreter_for
-from envbuilder.lock.kernel_sources import check_kernel_sources
+from envbuilder.lock.kernel_sources import check_kernel_sources, derive_uncovered
 from envbuilder.lock.platform import check_platform, fetch_release_files, find_constraint, source_builds, target_tags
 from envbuilder.lock.record import RECORD_NAME, LockRecord, build_record, source_date_epoch
 from envbuilder.lock.reuse import lock_offline_first, seed_from
@@ -250,13 +250,14 @@ def _lock_into(matrix: Matrix, req: ResolveRequest, opts: LockOptions, res: Reso
         offline, online_reason = True, ""
         constraints: list[dict[str, str]] = []
         uv_log = ""
+        derived = derive_uncovered(matrix, res, opts.ca_bundle, progress)
         interpreter = interpreter_for(res.requires_python)
         uv_python = ["--python", interpreter] if interpreter else []
         if interpreter:
             progress(f"uv lock runs with {interpreter} (Python {res.requires_python})")
         for round_ in range(MAX_FIX_ROUNDS + 1):
             t = time.monotonic()
-            text = render_pyproject(res, matrix, [c["constraint"] for c in constraints], local_rel)
+            text = render_pyproject(res, matrix, [c["constraint"] for c in constraints], local_rel, derived)
             write_atomic(staging / "pyproject.toml", text)
             timings["render"] = timings.get("render", 0.0) + time.monotonic() - t
             progress("uv lock" + (f" (after {len(constraints)} platform fix(es))" if round_ else ""))
@@ -279,7 +280,7 @@ def _lock_into(matrix: Matrix, req: ResolveRequest, opts: LockOptions, res: Reso
 
         locked = read_uv_lock(staging / "uv.lock")
         t = time.monotonic()
-        check_kernel_sources(res, locked, opts.ca_bundle, progress)
+        check_kernel_sources(res, locked, opts.ca_bundle, progress, matrix=matrix)
         timings["kernel_sources"] = time.monotonic() - t
         root = tomllib_name(staging / "pyproject.toml")
         # a stage-2 sdist pulled in by stage 1 (nemo-toolkit 2.0/2.1 [all] requires mamba-ssm) would be

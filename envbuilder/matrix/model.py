@@ -193,6 +193,15 @@ class BuildPackage:
                     return [str(r) for r in entry["requires_dist"]]
         return self.list_value("requires_dist")
 
+    def covers(self, version: str) -> bool:
+        """Whether requires_dist_by_version has an entry for this exact version's range."""
+        from packaging.specifiers import SpecifierSet
+        from packaging.version import Version
+
+        by_version = self.facts.get("requires_dist_by_version")
+        return by_version is not None and by_version.known and any(
+            Version(version) in SpecifierSet(str(e["versions"])) for e in by_version.value)
+
     def provides_extras(self, version: str) -> list[str]:
         """Extras the matching requires_dist_by_version entry declares ([] when none)."""
         from packaging.specifiers import SpecifierSet

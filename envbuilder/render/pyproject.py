@@ -94,7 +94,8 @@ def exclude_newer_value(res: Resolution) -> str | None:
 
 
 def render_pyproject(res: Resolution, matrix: Matrix, constraints: list[str] | None = None,
-                     local_wheels: dict[str, str] | None = None) -> str:
+                     local_wheels: dict[str, str] | None = None,
+                     derived_requires: dict[str, list[str]] | None = None) -> str:
     """The pyproject.toml text.
 
     `constraints` are platform fixes added by the lock step; `local_wheels` maps a package
@@ -171,7 +172,10 @@ def render_pyproject(res: Resolution, matrix: Matrix, constraints: list[str] | N
             t = tomlkit.table()
             t["name"] = pin.name
             t["version"] = pin.version
-            t["requires-dist"] = _array(_requires_dist(matrix, pin, res.cuda), multiline=False)
+            # a version the table does not cover: its own PKG-INFO (lock/metadata.py), when that states it
+            derived = (derived_requires or {}).get(pin.name)
+            reqs = sorted(derived) if derived is not None else _requires_dist(matrix, pin, res.cuda)
+            t["requires-dist"] = _array(reqs, multiline=False)
             pkg = matrix.build_packages.get(pin.name)
             extras = pkg.provides_extras(pin.version) if pkg else []
             if extras:
