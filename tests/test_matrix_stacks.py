@@ -117,3 +117,17 @@ def test_matrix_show_release_json_has_both_stacks() -> None:
     assert d["container_torch"] == "2.11.0a0+eb65b36914.nv26.02" and d["torch"] == "2.11.0"
     assert d["stacks"]["hermetic"]["min_driver"] == d["min_driver"] == "580.95.05"
     assert all(d["sources"][k] for k in ("megatron_bridge", "container_cuda", "container_torch", "min_driver"))
+
+
+def test_mbridge_recipe_and_sp_without_tp_fail_like_megatron_core() -> None:
+    ok = subprocess.run([sys.executable, "-m", "envbuilder", "check-parallel", "--from-nemo-recipe", "mbridge_qwen3_8b",
+                         "--gpus-per-node", "8", "--nodes", "1", "--json"], capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0, ok.stderr
+    import json
+
+    assert json.loads(ok.stdout)["layout"]["tp"] == 4  # qwen3_8b_pretrain_config: TP=4
+    bad = subprocess.run([sys.executable, "-m", "envbuilder", "check-parallel", "--from-nemo-recipe",
+                          "mbridge_qwen3_8b", "--gpus-per-node", "8", "--nodes", "1", "--tp", "1", "--sp"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 21
+    assert "Cannot use sequence parallelism without tensor parallelism" in bad.stderr
