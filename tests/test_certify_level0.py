@@ -160,3 +160,27 @@ def test_sif_and_sqsh_targets_report_missing_files_and_tools(tmp_path: Path) -> 
             continue  # the tool exists here: nothing to assert about its absence
         proc = _envbuilder("certify", flag, str(sif), "--expect", str(exp), "--level", "0")
         assert proc.returncode == 45 and "not on PATH" in proc.stderr, proc.stderr
+
+
+def test_extension_modules_import_after_torch_and_unprovided_top_level_names_are_skipped(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a bare top-level extension (selective_scan_cuda...) gets `import torch` first; a top_level.txt
+    # name that no file provides (transformer_engine_torch, loaded from transformer_engine/) is not imported
+    from envbuilder.certify import level0
+
+    site = tmp_path / "site"
+    (site / "extpkg").mkdir(parents=True)
+    (site / "extpkg" / "__init__.py").write_text("")
+    (site / "ext_cuda.cpython-312-x86_64-linux-gnu.so").write_bytes(b"")
+    di = site / "extdist-1.0.dist-info"
+    di.mkdir()
+    (di / "METADATA").write_text("Metadata-Version: 2.1\nName: extdist\nVersion: 1.0\n")
+    (di / "top_level.txt").write_text("ext_cuda\nextpkg\nnot_here\n")
+    (di / "RECORD").write_text("extpkg/__init__.py,,\next_cuda.cpython-312-x86_64-linux-gnu.so,,\n"
+                               "extdist-1.0.dist-info/RECORD,,\n")
+    monkeypatch.syspath_prepend(str(site))
+    exp = Expectations(packages={"extdist": "1.0"})
+    assert modules_to_import(exp) == ["ext_cuda", "extpkg"]
+    assert "ext_cuda" in level0.extension_modules()
+    assert level0._statement("ext_cuda", {"ext_cuda"}) == "import torch; import ext_cuda"
+    assert level0._statement("extpkg", {"ext_cuda"}) == "import extpkg"

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from pathlib import Path
 from typing import Any
 
 from envbuilder.canonical import version_tuple
 from envbuilder.certify.expect import Expectations
+from envbuilder.certify.fatbin import fatbin_archs, runs_on
 from envbuilder.certify.result import FAIL, PASS, SKIPPED, Check
 
 #: GEMM shapes (m, n, k) tried for the measured peak; the probe shape is the first
@@ -99,14 +101,57 @@ def check_arch(exp: Expectations, facts: dict[str, Any]) -> Check:
             arch = []
     have = _sm_tokens(arch)
     missing = [s for s in sms if s not in have]
-    measured = {"gpu_sm": sms, "arch_list": sorted(have), "source": source}
+    wheels = installed_kernel_archs()
+    lacking = {f"{dist}/{so}": s for dist, sos in wheels.items() for so, s in sos.items()
+               if any(not runs_on(s, int(sm.replace(".", ""))) for sm in sms)}
+    measured = {"gpu_sm": sms, "arch_list": sorted(have), "source": source,
+                "kernel_packages": {d: {so: sorted(f"sm_{a}" for a in s["sass"]) + sorted(f"compute_{a}"
+                                                                                     for a in s["ptx"])
+                                        for so, s in sos.items()} for d, sos in wheels.items()}}
+    thr = "GPU sm in the arch list and in every installed kernel package's shared objects"
     if not sms:
-        return Check("arch", 1, FAIL, measured, "GPU sm in the arch list", advice="no CUDA device visible")
+        return Check("arch", 1, FAIL, measured, thr, advice="no CUDA device visible")
     if missing:
-        return Check("arch", 1, FAIL, measured, "GPU sm in the arch list",
+        return Check("arch", 1, FAIL, measured, thr,
                      advice=f"kernels are not compiled for sm {', '.join(missing)} ('no kernel image'); "
                             f"fix: add {', '.join(missing)} to --arch-list and rebuild")
-    return Check("arch", 1, PASS, measured, "GPU sm in the arch list")
+    if lacking:
+        return Check("arch", 1, FAIL, measured, thr,
+                     advice=f"{', '.join(sorted(lacking))} holds no code for sm {', '.join(sms)} ('no kernel "
+                            f"image'); fix: rebuild that package with --arch-list {';'.join(sms)}")
+    return Check("arch", 1, PASS, measured, thr)
+
+
+#: distributions whose shared objects carry CUDA kernels (the kernel probes' packages and the TE core)
+KERNEL_DISTS = ("flash-attn", "transformer-engine-torch", "transformer-engine-cu12", "transformer-engine-cu13",
+                "transformer-engine", "mamba-ssm", "causal-conv1d")
+
+
+def installed_kernel_archs(dists: tuple[str, ...] = KERNEL_DISTS) -> dict[str, dict[str, dict[str, set[int]]]]:
+    """{dist: {relative .so path: {'sass': {...}, 'ptx': {...}}}} for .so files that hold CUDA code.
+
+    Shared objects without a fat binary (pure C++ bindings) are left out: they run on any GPU.
+    """
+    import importlib.metadata as md
+
+    from envbuilder.certify.expect import normalize
+
+    out: dict[str, dict[str, dict[str, set[int]]]] = {}
+    wanted = {normalize(d) for d in dists}
+    for dist in md.distributions():
+        name = normalize(dist.metadata["Name"] or "")
+        if name not in wanted or name in out:
+            continue
+        sos: dict[str, dict[str, set[int]]] = {}
+        for f in dist.files or []:
+            if ".so" not in f.name:
+                continue
+            archs = fatbin_archs(Path(str(dist.locate_file(f))))
+            if archs["sass"] or archs["ptx"]:
+                sos[str(f)] = archs
+        if sos:
+            out[name] = sos
+    return out
 
 
 def _time_gemm(torch: Any, m: int, n: int, k: int, iters: int = 20) -> float:

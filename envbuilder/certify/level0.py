@@ -70,6 +70,11 @@ def _dist_top_modules(dist: md.Distribution) -> list[str]:
     files = [PurePosixPath(str(f)) for f in (dist.files or [])]
     if tl:
         names = {ln.strip().replace("/", ".") for ln in tl.splitlines() if ln.strip()}
+        if files:
+            # top_level.txt may name an extension the package loads from elsewhere
+            # (transformer_engine_torch lives in transformer_engine/wheel_lib/): keep what is importable
+            provided = {f.parts[0].split(".", 1)[0] for f in files if f.parts}
+            names = {n for n in names if n.split(".")[0] in provided}
     else:
         for f in files:
             parts = f.parts
@@ -108,6 +113,26 @@ def modules_to_import(exp: Expectations) -> list[str]:
     return sorted(m for m in mods if m not in set(exp.skip_imports))
 
 
+def extension_modules() -> set[str]:
+    """Top-level modules that are bare shared objects (selective_scan_cuda, causal_conv1d_cuda...).
+
+    A torch extension links libc10/libtorch without an RPATH to them: it imports only after
+    torch has loaded them, as its package does. Imported alone it fails with "libc10.so: cannot
+    open shared object file", which says nothing about the environment.
+    """
+    out: set[str] = set()
+    for dist in md.distributions():
+        for f in dist.files or []:
+            parts = PurePosixPath(str(f)).parts
+            if len(parts) == 1 and ".so" in parts[0]:
+                out.add(parts[0].split(".", 1)[0])
+    return out
+
+
+def _statement(module: str, extensions: set[str]) -> str:
+    return f"import torch; import {module}" if module in extensions else f"import {module}"
+
+
 def _try_import(statement: str) -> tuple[str, int, str]:
     try:
         proc = subprocess.run([sys.executable, "-c", statement], capture_output=True, text=True,
@@ -142,7 +167,9 @@ def check_imports(exp: Expectations, jobs: int | None = None, gpu_visible: bool 
     thr = "each top-level module imports in a fresh interpreter"
     if not exp.packages:
         return [Check("imports", 0, SKIPPED, threshold=thr, detail="no lock given (--lock / --expect)")]
-    statements = [f"import {m}" for m in modules_to_import(exp)]
+    extensions = extension_modules()
+    by_mod = {m: _statement(m, extensions) for m in modules_to_import(exp)}
+    statements = list(by_mod.values())
     extra: list[tuple[str, str]] = []
     if exp.nemo_locked:
         extra = [("import:nemo.collections.llm", "from nemo.collections import llm"),
@@ -151,19 +178,19 @@ def check_imports(exp: Expectations, jobs: int | None = None, gpu_visible: bool 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         results = list(pool.map(_try_import, statements + [s for _, s in extra]))
     by_stmt = {s: (rc, err) for s, rc, err in results}
-    failed = {s.removeprefix("import "): _last_line(by_stmt[s][1]) for s in statements if by_stmt[s][0] != 0}
+    failed = {m: _last_line(by_stmt[s][1]) for m, s in by_mod.items() if by_stmt[s][0] != 0}
     needs_gpu: dict[str, str] = {}
     if not gpu_visible:
         gpu_mods, gpu_err = _gpu_at_import()
         for mod in list(failed):
-            err = by_stmt[f"import {mod}"][1]
+            err = by_stmt[by_mod[mod]][1]
             if mod.split(".")[0] in gpu_mods and gpu_err is not None and gpu_err.search(err) \
                     and "undefined symbol" not in err:
                 needs_gpu[mod] = failed.pop(mod)
     checks = [Check(
         "imports", 0, FAIL if failed else PASS,
         {"modules": len(statements), "failed": failed, "needs_gpu": needs_gpu}, thr,
-        advice=(advise("\n".join(by_stmt[f"import {m}"][1] for m in failed))
+        advice=(advise("\n".join(by_stmt[by_mod[m]][1] for m in failed))
                 or "a locked package does not import; read the error, then rebuild the environment")
         if failed else None,
     )]

@@ -13,6 +13,7 @@ makes finalize_model_grads all-reduce their gradients across the TP group.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import time
@@ -156,7 +157,11 @@ def main() -> None:
         if a.cp > 1:
             from megatron.core.utils import get_batch_on_this_cp_rank
 
-            batch = get_batch_on_this_cp_rank(batch, False, cp_group=cp_group)
+            # megatron-core 0.17 takes (batch, cp_group); later releases put a flag before cp_group
+            if list(inspect.signature(get_batch_on_this_cp_rank).parameters)[1] == "cp_group":
+                batch = get_batch_on_this_cp_rank(batch, cp_group=cp_group)
+            else:
+                batch = get_batch_on_this_cp_rank(batch, False, cp_group=cp_group)
         out = m(batch["tokens"], batch["position_ids"], None, labels=batch["labels"])
         return out, partial(loss_func, batch["loss_mask"])
 
