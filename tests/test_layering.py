@@ -37,7 +37,7 @@ LAYERS: dict[str, float] = {
     "choices": 0, "procs": 0, "uvbin": 0, "templating": 0,
 }
 # certify's host-side helpers; every other certify module runs inside the environment
-CERTIFY_HOST_SIDE = {"expectations", "runner", "verify", "sign"}
+CERTIFY_HOST_SIDE = {"expectations", "runner", "verify", "sign", "flow"}
 
 
 def _modules() -> dict[str, Path]:

@@ -3,8 +3,9 @@
 `python -m envbuilder.certify` is the in-environment entry point. Everything it imports
 is the standard library plus torch (and optional packages it probes), because it runs
 inside images and venvs that have no click, rich or tomlkit. The host side
-(`envbuilder certify`, `verify-cert`) lives in envbuilder/cli/certify_cmd.py and
-envbuilder/certify/{expectations,runner,verify}.py, which the in-env side never imports.
+(`envbuilder certify`, `verify-cert`) lives in envbuilder/certify/{flow,expectations,runner,
+verify,sign}.py (flow: the whole run; runner: one object per target kind), which the in-env
+side never imports; envbuilder/cli/certify_cmd.py only parses, calls and prints.
 
 Layout (pipeline order):
     expect     -> what the lock promises (a small JSON the host writes)

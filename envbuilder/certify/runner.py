@@ -14,11 +14,13 @@ import sys
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from envbuilder import procs
 from envbuilder.canonical import sha256_file
+from envbuilder.choices import CERTIFY_TARGETS
 from envbuilder.errors import CertifyEnvironmentError, ImageNotFoundError, ToolMissingError
-from envbuilder.lock.record import RECORD_NAME
+from envbuilder.lock.record import LABEL_LOCK_SHA256, RECORD_NAME
 
 PKG_MOUNT = "/opt/envbuilder-certify"
 IN_MOUNT = "/opt/envbuilder-certify-in"
@@ -26,11 +28,21 @@ OUT_MOUNT = "/opt/envbuilder-certify-out"
 _SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 
-@dataclass(frozen=True)
-class Target:
-    kind: str  # image | sqsh | sif | venv | in-place
-    ref: str | None = None
-    interpreter: str = "python"  # inside the container: a name on its PATH or an absolute path
+Command = tuple[list[str], dict[str, str], list[list[str]]]  # argv, environment, cleanup commands
+
+
+def _base_env() -> dict[str, str]:
+    env = os.environ.copy()
+    for k, v in _SAFE_ENV.items():
+        env.setdefault(k, v)
+    return env
+
+
+def _module(inner_args: list[str]) -> list[str]:
+    return ["-m", "envbuilder.certify", *inner_args]
+
+
+_INNER_ENV = {"PYTHONPATH": PKG_MOUNT, "PYTHONDONTWRITEBYTECODE": "1", **_SAFE_ENV}
 
 
 def package_root() -> Path:
@@ -83,18 +95,171 @@ def copy_lock_from_image(tag: str, dest: Path) -> Path:
     return dest
 
 
-def artifact_record(t: Target) -> dict[str, str]:
-    if t.kind == "image":
-        assert t.ref
-        digest, _ = image_info(t.ref)
-        return {"kind": "image", "ref": t.ref, "digest": digest}
-    if t.kind in ("sqsh", "sif"):
-        assert t.ref
-        p = Path(t.ref)
+@dataclass(frozen=True)
+class _HostTarget:
+    """Runs on this host's filesystem: the package goes in through PYTHONPATH, paths are host paths."""
+
+    ref: str | None = None
+    interpreter: str = "python"
+    on_host: ClassVar[bool] = True
+    kind: ClassVar[str] = ""
+
+    def artifact(self) -> dict[str, str]:
+        return {"kind": self.kind}
+
+    def python(self) -> str:
+        return sys.executable
+
+    def command(self, inner_args: list[str], in_dir: Path, out_dir: Path, gpus: bool) -> Command:
+        env = _base_env()
+        env["PYTHONPATH"] = str(package_root()) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        return [self.python(), *_module(inner_args)], env, []
+
+    def inner_paths(self, in_dir: Path, out_dir: Path) -> tuple[str, str]:
+        return str(in_dir / "expect.json"), str(out_dir)
+
+    def lock_label(self) -> str | None:
+        return None
+
+    def lock_inside(self, dest: Path) -> Path | None:
+        return None
+
+
+@dataclass(frozen=True)
+class InPlaceTarget(_HostTarget):
+    """This interpreter (a bare GPU host, or inside a container already)."""
+
+    kind: ClassVar[str] = "in-place"
+
+
+@dataclass(frozen=True)
+class VenvTarget(_HostTarget):
+    """A virtual environment's root directory; its bin/python runs the checks."""
+
+    kind: ClassVar[str] = "venv"
+
+    def python(self) -> str:
+        assert self.ref
+        py = Path(self.ref) / "bin" / "python"
+        if not py.exists():
+            raise CertifyEnvironmentError(f"{py} does not exist", "pass the venv root (the dir with bin/python)")
+        return str(py)
+
+
+@dataclass(frozen=True)
+class _ContainerTarget:
+    """Runs inside a container: envbuilder/, the expectations and the output are mounted."""
+
+    ref: str
+    interpreter: str = "python"
+    on_host: ClassVar[bool] = False
+    kind: ClassVar[str] = ""
+
+    def inner_paths(self, in_dir: Path, out_dir: Path) -> tuple[str, str]:
+        return f"{IN_MOUNT}/expect.json", OUT_MOUNT
+
+    def lock_label(self) -> str | None:
+        return None
+
+    def lock_inside(self, dest: Path) -> Path | None:
+        return None
+
+    def _file_artifact(self) -> dict[str, str]:
+        p = Path(self.ref)
         if not p.is_file():
-            raise CertifyEnvironmentError(f"{p} does not exist", f"export it first: envbuilder export --{t.kind}")
-        return {"kind": t.kind, "ref": p.name, "sha256": sha256_file(p)}
-    return {"kind": t.kind}
+            raise CertifyEnvironmentError(f"{p} does not exist", f"export it first: envbuilder export --format "
+                                          f"{self.kind}")
+        return {"kind": self.kind, "ref": p.name, "sha256": sha256_file(p)}
+
+
+@dataclass(frozen=True)
+class ImageTarget(_ContainerTarget):
+    """An image in the local Docker engine (docker run; --gpus all for GPU levels)."""
+
+    kind: ClassVar[str] = "image"
+
+    def artifact(self) -> dict[str, str]:
+        digest, _ = image_info(self.ref)
+        return {"kind": "image", "ref": self.ref, "digest": digest}
+
+    def command(self, inner_args: list[str], in_dir: Path, out_dir: Path, gpus: bool) -> Command:
+        pkg = str(package_root() / "envbuilder")
+        argv = [_need("docker"), "run", "--rm", "--ipc=host",
+                "-v", f"{pkg}:{PKG_MOUNT}/envbuilder:ro", "-v", f"{in_dir}:{IN_MOUNT}:ro",
+                "-v", f"{out_dir}:{OUT_MOUNT}"]
+        if gpus:
+            argv += ["--gpus", "all"]
+        for k, v in _INNER_ENV.items():
+            argv += ["-e", f"{k}={v}"]
+        return [*argv, self.ref, self.interpreter, *_module(inner_args)], _base_env(), []
+
+    def lock_label(self) -> str | None:
+        """The lock the image says it was built from (its io.envbuilder.lock-sha256 label)."""
+        return image_info(self.ref)[1].get(LABEL_LOCK_SHA256)
+
+    def lock_inside(self, dest: Path) -> Path | None:
+        return copy_lock_from_image(self.ref, dest)
+
+
+@dataclass(frozen=True)
+class SqshTarget(_ContainerTarget):
+    """An enroot squashfs (enroot create + start; the container is removed afterwards)."""
+
+    kind: ClassVar[str] = "sqsh"
+
+    def artifact(self) -> dict[str, str]:
+        return self._file_artifact()
+
+    def command(self, inner_args: list[str], in_dir: Path, out_dir: Path, gpus: bool) -> Command:
+        pkg = str(package_root() / "envbuilder")
+        env = _base_env()
+        enroot = _need("enroot")
+        name = f"envbuilder-certify-{uuid.uuid4().hex[:8]}"
+        subprocess.run([enroot, "create", "--name", name, str(self.ref)], check=True, capture_output=True)
+        argv = [enroot, "start", "--mount", f"{pkg}:{PKG_MOUNT}/envbuilder:ro,x-create=dir",
+                "--mount", f"{in_dir}:{IN_MOUNT}:ro,x-create=dir", "--mount", f"{out_dir}:{OUT_MOUNT}:x-create=dir"]
+        for k, v in _INNER_ENV.items():
+            argv += ["--env", f"{k}={v}"]
+        if not gpus:
+            env["NVIDIA_VISIBLE_DEVICES"] = "void"
+        return [*argv, name, self.interpreter, *_module(inner_args)], env, [[enroot, "remove", "--force", name]]
+
+
+@dataclass(frozen=True)
+class SifTarget(_ContainerTarget):
+    """An Apptainer / Singularity SIF (apptainer exec; --nv for GPU levels)."""
+
+    kind: ClassVar[str] = "sif"
+
+    def artifact(self) -> dict[str, str]:
+        return self._file_artifact()
+
+    def command(self, inner_args: list[str], in_dir: Path, out_dir: Path, gpus: bool) -> Command:
+        pkg = str(package_root() / "envbuilder")
+        app = shutil.which("apptainer") or _need("singularity")
+        argv = [app, "exec", "--bind", f"{pkg}:{PKG_MOUNT}/envbuilder:ro,{in_dir}:{IN_MOUNT}:ro,{out_dir}:{OUT_MOUNT}"]
+        if gpus:
+            argv.append("--nv")
+        for k, v in _INNER_ENV.items():
+            argv += ["--env", f"{k}={v}"]
+        return [*argv, str(self.ref), self.interpreter, *_module(inner_args)], _base_env(), []
+
+
+Target = InPlaceTarget | VenvTarget | ImageTarget | SqshTarget | SifTarget
+TARGET_CLASSES: dict[str, type[Target]] = {
+    cls.kind: cls for cls in (ImageTarget, SqshTarget, SifTarget, VenvTarget, InPlaceTarget)}
+assert tuple(TARGET_CLASSES) == CERTIFY_TARGETS, "choices.CERTIFY_TARGETS and the target classes disagree"
+
+
+def make_target(kind: str, ref: str | None = None, interpreter: str = "python") -> Target:
+    cls = TARGET_CLASSES.get(kind)
+    if cls is None:
+        raise CertifyEnvironmentError(f"unknown target kind {kind}", "use --image, --sqsh, --sif, --venv or --in-place")
+    if cls is InPlaceTarget:
+        return InPlaceTarget(None, interpreter)
+    if not ref:
+        raise CertifyEnvironmentError(f"the {kind} target needs a reference", f"pass --{kind} REF")
+    return cls(ref, interpreter)
 
 
 def _need(tool: str) -> str:
@@ -104,72 +269,12 @@ def _need(tool: str) -> str:
     return path
 
 
-def build_command(t: Target, inner_args: list[str], in_dir: Path, out_dir: Path,
-                  gpus: bool) -> tuple[list[str], dict[str, str], list[list[str]]]:
-    """(argv, env, cleanup commands). inner_args use IN_MOUNT/OUT_MOUNT paths for containers."""
-    env = os.environ.copy()
-    for k, v in _SAFE_ENV.items():
-        env.setdefault(k, v)
-    pkg = str(package_root() / "envbuilder")
-    module = ["-m", "envbuilder.certify", *inner_args]
-    if t.kind in ("venv", "in-place"):
-        env["PYTHONPATH"] = str(package_root()) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        if t.kind == "venv":
-            assert t.ref
-            py = Path(t.ref) / "bin" / "python"
-            if not py.exists():
-                raise CertifyEnvironmentError(f"{py} does not exist", "pass the venv root (the dir with bin/python)")
-            return [str(py), *module], env, []
-        return [sys.executable, *module], env, []
-    inner_env = {"PYTHONPATH": PKG_MOUNT, "PYTHONDONTWRITEBYTECODE": "1", **_SAFE_ENV}
-    if t.kind == "image":
-        assert t.ref
-        argv = [_need("docker"), "run", "--rm", "--ipc=host",
-                "-v", f"{pkg}:{PKG_MOUNT}/envbuilder:ro", "-v", f"{in_dir}:{IN_MOUNT}:ro",
-                "-v", f"{out_dir}:{OUT_MOUNT}"]
-        if gpus:
-            argv += ["--gpus", "all"]
-        for k, v in inner_env.items():
-            argv += ["-e", f"{k}={v}"]
-        return [*argv, t.ref, t.interpreter, *module], env, []
-    if t.kind == "sqsh":
-        assert t.ref
-        enroot = _need("enroot")
-        name = f"envbuilder-certify-{uuid.uuid4().hex[:8]}"
-        create = [enroot, "create", "--name", name, str(t.ref)]
-        subprocess.run(create, check=True, capture_output=True)
-        argv = [enroot, "start", "--mount", f"{pkg}:{PKG_MOUNT}/envbuilder:ro,x-create=dir",
-                "--mount", f"{in_dir}:{IN_MOUNT}:ro,x-create=dir", "--mount", f"{out_dir}:{OUT_MOUNT}:x-create=dir"]
-        for k, v in inner_env.items():
-            argv += ["--env", f"{k}={v}"]
-        if not gpus:
-            env["NVIDIA_VISIBLE_DEVICES"] = "void"
-        return [*argv, name, t.interpreter, *module], env, [[enroot, "remove", "--force", name]]
-    if t.kind == "sif":
-        assert t.ref
-        app = shutil.which("apptainer") or _need("singularity")
-        argv = [app, "exec", "--bind", f"{pkg}:{PKG_MOUNT}/envbuilder:ro,{in_dir}:{IN_MOUNT}:ro,{out_dir}:{OUT_MOUNT}"]
-        if gpus:
-            argv.append("--nv")
-        for k, v in inner_env.items():
-            argv += ["--env", f"{k}={v}"]
-        return [*argv, str(t.ref), t.interpreter, *module], env, []
-    raise CertifyEnvironmentError(f"unknown target kind {t.kind}", "use --image, --sqsh, --sif, --venv or --in-place")
-
-
 def run_certify(t: Target, inner_args: list[str], in_dir: Path, out_dir: Path, gpus: bool) -> tuple[int, str]:
     """Run the in-environment entry point; stderr streams through, stdout (certificate JSON) is returned."""
-    argv, env, cleanup = build_command(t, inner_args, in_dir, out_dir, gpus)
+    argv, env, cleanup = t.command(inner_args, in_dir, out_dir, gpus)
     try:
         proc = procs.run(argv, env=env, stdout=subprocess.PIPE, text=True)  # killed with envbuilder
     finally:
         for c in cleanup:
             subprocess.run(c, capture_output=True)
     return proc.returncode, proc.stdout
-
-
-def inner_paths(t: Target, in_dir: Path, out_dir: Path) -> tuple[str, str]:
-    """(expectations file, output dir) as the environment sees them."""
-    if t.kind in ("venv", "in-place"):
-        return str(in_dir / "expect.json"), str(out_dir)
-    return f"{IN_MOUNT}/expect.json", OUT_MOUNT

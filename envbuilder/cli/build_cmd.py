@@ -3,12 +3,67 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
+from rich.console import Console
+from rich.markup import escape
 
 from envbuilder.choices import BUILD_TARGETS, DEFAULT_BUILD_TARGET, MODES
 from envbuilder.cli.options import choice, json_option, lock_dir_input, timings_option
 from envbuilder.console import emit_json, stderr_console
+
+if TYPE_CHECKING:  # the pipeline (docker SDK) is imported only when `build` runs
+    from envbuilder.image.pipeline import BuildEvent
+
+
+class BuildDisplay:
+    """Shows the build's progress events on stderr: a spinner for the running step, a line per finished one."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.status = console.status("", spinner="dots")
+        self.active = False
+
+    def __enter__(self) -> BuildDisplay:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop()
+
+    def _stop(self) -> None:
+        if self.active:
+            self.status.stop()
+            self.active = False
+
+    def __call__(self, ev: BuildEvent) -> None:
+        con = self.console
+        if ev.kind == "status":
+            if not ev.text:
+                self._stop()
+                return
+            self.status.update(escape(ev.text))
+            if not self.active:
+                self.status.start()
+                self.active = True
+        elif ev.kind == "step" and ev.step is not None:
+            title = escape(ev.text)
+            if ev.step.status == "cached":
+                con.print(f"  [dim]cached[/]  {title}")
+            elif ev.step.status == "done":
+                secs = f"{ev.step.seconds:.1f}s" if ev.step.seconds is not None else ""
+                con.print(f"  [green]done[/] {secs:>7}  {title}")
+            elif ev.step.status == "error":
+                con.print(f"  [red]FAILED[/]  {title}")
+        elif ev.kind == "warning":
+            con.print(f"[yellow]warning:[/] {escape(ev.text)}")
+        elif ev.kind == "error":
+            self._stop()
+            con.print(f"[red]{escape(ev.text)}[/]")
+        elif ev.kind == "done":
+            con.print(f"[green]{escape(ev.text)}[/]")
+        else:
+            con.print(escape(ev.text))
 
 
 @click.command()
@@ -58,6 +113,7 @@ def build(lock: Path, tag: str | None, base: str | None, mode: str | None, arch_
     opts = BuildOptions(lockdir=lock, tag=tag, base=base, mode=mode, arch_list=arch_list, jobs=jobs,
                         target=target, python=python, ca_bundle=bundle, secrets=specs, no_cache=no_cache,
                         pull=not no_pull, scan=not no_scan, log_file=log_file)
-    result = build_image(opts, console)
+    with BuildDisplay(console) as show:
+        result = build_image(opts, show)
     if as_json:
-        emit_json(result, timings=timings)
+        emit_json(result.to_dict(), timings=timings)

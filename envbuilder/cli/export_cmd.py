@@ -52,6 +52,7 @@ def export(image: str, fmt: str | None, output: Path, squash_options: str | None
            workdir: Path | None, processors: int | None, gpus_per_node: int, procs_per_node: int | None,
            nodes: int, train_script: str, no_snippets: bool, compare: bool, as_json: bool, timings: bool) -> None:
     """Export IMAGE from the local Docker engine to an enroot .sqsh or an Apptainer .sif."""
+    from envbuilder.export.formats import get_format
     from envbuilder.export.pipeline import ExportOptions, compare_with_native, export_image, native_tools
     from envbuilder.export.render import LaunchParams
 
@@ -63,7 +64,7 @@ def export(image: str, fmt: str | None, output: Path, squash_options: str | None
                             procs_per_node=procs_per_node),
     )  # fmt: skip
     if compare:  # fail before the export, not after it
-        tool = "apptainer" if opts.fmt == "sif" else "enroot"
+        tool = get_format(opts.fmt).native_tool
         if not native_tools()[tool]:
             raise ToolMissingError(f"--compare needs {tool} on PATH and it is not there",
                                    f"install {tool}, or export without --compare")
@@ -95,12 +96,11 @@ def export(image: str, fmt: str | None, output: Path, squash_options: str | None
         c = report["compare"]
         console.print(f"  compared with {c['command']}: {c['common']} paths in both, "
                       f"{c['only_ours_count']} only ours, {c['only_native_count']} only native")
-    if opts.fmt == "sif" and tools["apptainer"]:
-        console.print(f"  apptainer found at {tools['apptainer']}: compare with "
-                      f"`apptainer build native.sif docker-daemon://{image}` and `envbuilder inspect --list`")
-    if opts.fmt == "sqsh" and tools["enroot"]:
-        console.print(f"  enroot found at {tools['enroot']}: compare with "
-                      f"`enroot import -o native.sqsh dockerd://{image}` and `envbuilder inspect --list`")
+    form = get_format(opts.fmt)
+    if tools[form.native_tool]:
+        native = " ".join(form.native_command(form.native_tool, Path(f"native.{form.name}"), image))
+        console.print(f"  {form.native_tool} found at {tools[form.native_tool]}: compare with "
+                      f"`{native}` and `envbuilder inspect --list`")
 
 
 @click.command()

@@ -26,19 +26,17 @@ from typing import Any
 
 from envbuilder import atomic, canonical
 from envbuilder.canonical import sha256_file
-from envbuilder.choices import EXPORT_FORMATS
 from envbuilder.errors import (
     DiskFullError,
     ExportInterruptedError,
     InvalidOptionError,
     OutputPathError,
 )
-from envbuilder.export import conventions, image_source, render, sidecars, sif, squashfs, verify
+from envbuilder.export import image_source, render, sidecars, squashfs, verify
 from envbuilder.export.flatten import LayerSource, MergedTree, merge_layers, write_merged_tar
+from envbuilder.export.formats import FORMATS, get_format
 from envbuilder.lock import record as lock_record
 from envbuilder.lock.record import LockRecord
-
-FORMATS = EXPORT_FORMATS
 
 
 @dataclass
@@ -170,19 +168,15 @@ def _root_attrs(tree: MergedTree) -> tuple[int, int, int]:
 
 
 def export_image(opts: ExportOptions, progress: Callable[[str], None] = lambda _m: None) -> ExportResult:
-    if opts.fmt not in FORMATS:
-        raise InvalidOptionError(f"unknown format {opts.fmt!r}", f"use --format {' or '.join(FORMATS)}")
+    fmt = get_format(opts.fmt)
     if not opts.image.strip():
         raise InvalidOptionError("IMAGE is empty", "pass an image reference, e.g. envbuilder/v2.3.0:TAG")
     if str(opts.output) in ("", "."):
         raise OutputPathError(f"-o {str(opts.output)!r} is not a file path", "pass a file path, e.g. -o nemo.sqsh")
     output = Path(opts.output).absolute()
     check_output(output)
-    if opts.squash_options is not None:
-        squash_args = squashfs.parse_squash_options(opts.squash_options)
-    else:
-        default = squashfs.ENROOT_SQUASH_OPTIONS if opts.fmt == "sqsh" else squashfs.SIF_SQUASH_OPTIONS
-        squash_args = squashfs.parse_squash_options(default)
+    squash_args = squashfs.parse_squash_options(
+        opts.squash_options if opts.squash_options is not None else fmt.default_squash_options)
     squashfs.mksquashfs_path()  # ToolMissingError before any work
 
     client = image_source.docker_client()
@@ -215,20 +209,11 @@ def export_image(opts: ExportOptions, progress: Callable[[str], None] = lambda _
                 progress(f"merging {len(saved.layers)} layers")
                 source = LayerSource(saved.layers)
                 tree = merge_layers(source)
-                if opts.fmt == "sqsh":
-                    conventions.add_enroot_files(tree, info)
-                else:
-                    conventions.add_singularity_files(tree, info, labels, deffile)
+                fmt.add_runtime_files(tree, info, labels, deffile)
                 mode, uid, gid = _root_attrs(tree)
-                objects = [
-                    sif.ObjectSpec(sif.DATA_DEFFILE, deffile.encode()),
-                    sif.ObjectSpec(
-                        sif.DATA_LABELS, canonical.dumps(labels, ascii_only=True).encode()
-                    ),
-                ]
-                offset = sif.layout(objects)[1] if opts.fmt == "sif" else 0
+                emb = fmt.embedded(deffile, canonical.dumps(labels, ascii_only=True).encode())
                 spec = squashfs.SquashSpec(
-                    mtime=epoch, options=squash_args, processors=opts.processors, offset=offset,
+                    mtime=epoch, options=squash_args, processors=opts.processors, offset=emb.offset,
                     root_mode=mode, root_uid=uid, root_gid=gid,
                 )  # fmt: skip
                 stats: dict[str, int] = {}
@@ -242,12 +227,9 @@ def export_image(opts: ExportOptions, progress: Callable[[str], None] = lambda _
                 stats["whiteouts"] = tree.whiteouts_applied
                 stats["opaque_dirs"] = tree.opaque_dirs_applied
                 stats["layers"] = len(saved.layers)
-            if opts.fmt == "sif":
-                part_size = tmp.stat().st_size - offset
-                sif_id = sif.deterministic_id(info.image_id, lock_sha, " ".join(squash_args))
-                sif.write_sif_prefix(tmp, objects, offset, part_size, info.architecture, sif_id, epoch)
+            fmt.finish(tmp, emb, info, lock_sha, squash_args, epoch)
             progress("checking every path and symlink against the image")
-            checked = verify.verify_artifact(tmp, expected, offset)
+            checked = verify.verify_artifact(tmp, expected, emb.offset)
             stats["paths_verified"], stats["links_verified"] = checked.paths_checked, checked.links_checked
             os.chmod(tmp, 0o644)
             with open(tmp, "rb") as fh:
@@ -302,7 +284,7 @@ def write_sidecars(output: Path, opts: ExportOptions, deffile: str) -> tuple[lis
 
 def native_tools() -> dict[str, str | None]:
     """apptainer / enroot on PATH, offered for a side-by-side build (`--compare`)."""
-    return {tool: shutil.which(tool) for tool in ("apptainer", "enroot")}
+    return {tool: shutil.which(tool) for tool in sorted(f.native_tool for f in FORMATS.values())}
 
 
 def _paths(listing: list[str]) -> set[str]:
@@ -333,14 +315,14 @@ def compare_with_native(fmt: str, image: str, ours: Path) -> dict[str, Any]:
     from envbuilder.errors import RuntimeCommandError, ToolMissingError
     from envbuilder.export import inspect as inspect_mod
 
-    tool = "apptainer" if fmt == "sif" else "enroot"
+    form = get_format(fmt)
+    tool = form.native_tool
     path = shutil.which(tool)
     if not path:
         raise ToolMissingError(f"--compare needs {tool} on PATH and it is not there",
                                f"install {tool}, or export without --compare")
     native = ours.with_name(f".{ours.name}.native")
-    cmd = ([path, "build", "--force", str(native), f"docker-daemon://{image}"] if fmt == "sif"
-           else [path, "import", "-o", str(native), f"dockerd://{image}"])
+    cmd = form.native_command(path, native, image)
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
         if proc.returncode != 0:
@@ -352,15 +334,8 @@ def compare_with_native(fmt: str, image: str, ours: Path) -> dict[str, Any]:
                 "the exported artifact itself was written",
                 command=" ".join(cmd), output_tail=tail,
             )
-        offset = 0
-        if fmt == "sif":
-            part = sif.read_sif(native).primary_partition()
-            offset = part.offset if part else 0
-        ours_offset = 0
-        if fmt == "sif":
-            part = sif.read_sif(ours).primary_partition()
-            ours_offset = part.offset if part else 0
-        result = compare_listings(inspect_mod.list_files(ours, ours_offset), inspect_mod.list_files(native, offset))
+        result = compare_listings(inspect_mod.list_files(ours, form.partition_offset(ours)),
+                                  inspect_mod.list_files(native, form.partition_offset(native)))
         result["tool"] = path
         result["command"] = " ".join(cmd)
         return result

@@ -7,13 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envbuilder import __version__
+from envbuilder.export.formats import get_format
 from envbuilder.templating import template_env
 
-# template (under templates/launch) -> suffix of the file written next to the artifact
-LAUNCH_TEMPLATES = {
-    "sqsh": {"slurm-pyxis.sh.j2": ".slurm-pyxis.sh", "torchrun-multinode.sbatch.j2": ".torchrun-multinode.sbatch"},
-    "sif": {"apptainer.sh.j2": ".apptainer.sh", "torchrun-multinode.sbatch.j2": ".torchrun-multinode.sbatch"},
-}
 RDZV_PORT = 29500
 
 
@@ -54,7 +50,7 @@ def render_launch(fmt: str, artifact: Path, params: LaunchParams) -> dict[str, s
     env = template_env()
     stem = artifact.name.rsplit(".", 1)[0]
     out: dict[str, str] = {}
-    for template, suffix in LAUNCH_TEMPLATES[fmt].items():
+    for template, suffix in get_format(fmt).launch_templates.items():
         out[suffix] = env.get_template(f"launch/{template}").render(
             format=fmt,
             artifact_name=artifact.name,

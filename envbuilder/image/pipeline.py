@@ -6,13 +6,11 @@ import dataclasses
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
-
-from rich.console import Console
-from rich.markup import escape
 
 from envbuilder import __version__
 from envbuilder.atomic import write_atomic
@@ -100,20 +98,61 @@ def _advice_for(log: BuildLog) -> tuple[str, str | None]:
     return advice.cause, advice.fix
 
 
-def _show(console: Console, step: Step) -> None:
-    title = escape(step.short[:150])
-    if step.status == "cached":
-        console.print(f"  [dim]cached[/]  {title}")
-    elif step.status == "done":
-        secs = f"{step.seconds:.1f}s" if step.seconds is not None else ""
-        console.print(f"  [green]done[/] {secs:>7}  {title}")
-    elif step.status == "error":
-        console.print(f"  [red]FAILED[/]  {title}")
+@dataclass(frozen=True)
+class BuildEvent:
+    """What the build reports while it runs; the CLI decides how to show it.
+
+    kind: "message" (a line), "warning", "status" (transient: replaces the previous status; "" ends it),
+    "step" (a Dockerfile step finished: cached, done or error), "error" (where the build failed; the
+    error's log_tail carries the log lines), "done" (the image is built).
+    """
+
+    kind: str
+    text: str
+    step: Step | None = None
 
 
-def build_image(opts: BuildOptions, console: Console) -> dict[str, Any]:
-    t0 = time.monotonic()
-    lock = load_lockdir(opts.lockdir)
+BuildProgress = Callable[[BuildEvent], None]
+
+
+@dataclass
+class BuildResult:
+    tag: str
+    image_id: str
+    row: str
+    mode: str
+    target: str
+    lock_sha256: str
+    base: dict[str, Any]
+    python: dict[str, str]
+    arch_list: str
+    jobs: int
+    size_bytes: int
+    labels: dict[str, str]
+    context_files: list[str]
+    steps: list[dict[str, object]]
+    build_seconds: float
+    warnings: list[str]
+    secrets: dict[str, Any]
+    import_check: str = "not-run"
+    import_check_report: list[str] | None = None
+    secret_scan: dict[str, Any] | None = None
+    total_seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        for optional in ("import_check_report", "secret_scan"):
+            if out[optional] is None:
+                del out[optional]
+        return out
+
+
+def _no_progress(event: BuildEvent) -> None:
+    pass
+
+
+def _check_options(opts: BuildOptions, lock: LockDir) -> tuple[str, str, int]:
+    """(mode, arch list, jobs): every flag is checked before the base-image check, which may pull gigabytes."""
     mode = opts.mode or lock.mode
     if mode != lock.mode:
         raise InvalidOptionError(
@@ -122,8 +161,6 @@ def build_image(opts: BuildOptions, console: Console) -> dict[str, Any]:
             f"re-lock with --mode {mode}, or build without --mode")
     if opts.target not in TARGETS:
         raise InvalidOptionError(f"--target {opts.target!r}", "use stage1, builder or runtime")
-    warnings: list[str] = []
-    # every flag is checked before the base-image check, which may pull gigabytes
     cuda = str(lock.target.cuda or "none")
     arch_list = normalize_arch_list(opts.arch_list) if opts.arch_list else (
         default_arch_list(cuda) if cuda not in ("none", "unknown") else "")
@@ -131,7 +168,66 @@ def build_image(opts: BuildOptions, console: Console) -> dict[str, Any]:
         raise InvalidOptionError(f"--jobs {opts.jobs}: needs at least one compile job",
                                  "pass a positive number, or leave --jobs out for the default")
     jobs = opts.jobs if opts.jobs is not None else default_jobs()
+    return mode, arch_list, jobs
+
+
+def _build_args(lock: LockDir, bases: BaseChoice, want_py: str, python_from: str, arch_list: str, jobs: int,
+                proxy_args: dict[str, str]) -> dict[str, str]:
+    sde = lock.source_date_epoch
+    created = datetime.fromtimestamp(sde, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "BUILDER_BASE": bases.builder, "RUNTIME_BASE": bases.runtime, "PYTHON": want_py,
+        "PYTHON_FROM": python_from, "TORCH_CUDA_ARCH_LIST": arch_list,
+        "NVTE_CUDA_ARCHS": ";".join(a.replace("+PTX", "").replace(".", "") for a in arch_list.split(";") if a),
+        "MAX_JOBS": str(jobs), "SOURCE_DATE_EPOCH": str(sde), "ENVBUILDER_CREATED": created,
+        "ENVBUILDER_VERSION": __version__, "ENVBUILDER_REVISION": git_revision(), "ENVBUILDER_ROW": lock.row,
+        "ENVBUILDER_LOCK_SHA256": lock.lock_sha256, "ENVBUILDER_BASE": bases.runtime, **proxy_args,
+    }
+
+
+def _raise_build_failure(log: BuildLog, row: str, progress: BuildProgress) -> None:
+    failed = log.failed_step()
+    fd, log_path = tempfile.mkstemp(prefix=f"envbuilder-build-{row}-", suffix=".log")
+    with open(fd, "w", encoding="utf-8") as fh:
+        fh.write("\n".join(log.raw) + "\n")
+    tail = log.tail(LOG_TAIL)
+    cause, fix = _advice_for(log)
+    where = failed.short if failed else (log.solve_error or "the build")
+    progress(BuildEvent("error", f"build failed at {where}"))  # the CLI prints log_tail above the error
+    raise BuildFailedError(
+        f"docker build failed at {where}" + (f": {cause}" if cause else ""),
+        fix or f"see the last lines above and the full log at {log_path}",
+        step=failed.short if failed else None, log_tail=tail, log=log_path)
+
+
+def _import_check(c: Any, image_id: str, target: str, log: BuildLog) -> tuple[str, list[str] | None]:
+    """(import_check, its report lines) for the built image."""
+    if target == "stage1":
+        return "skipped: stage 1 alone lacks the stage-2 modules its packages import", None
+    if target == "builder":
+        # the runtime stage checks imports during the build; the builder target gets it here
+        status, out = engine.run_in_image(c, image_id, ["/opt/venv/bin/python",
+                                                        "/opt/envbuilder/tools/import_check.py"])
+        report = [ln for ln in out.splitlines() if ln.startswith("import-check")]
+        if status != 0:
+            tail = out.strip().splitlines()[-LOG_TAIL:]
+            raise BuildFailedError("the import check failed in the builder image",
+                                   "see the failing modules above; certify level 0 shows the same",
+                                   step="import check", log_tail=tail)
+        return "passed", report
+    check = log.step_matching("runtime", "import_check.py")
+    if check is None:
+        return "not-run", None
+    return "passed", [ln for ln in check.lines if ln.startswith("import-check")]
+
+
+def build_image(opts: BuildOptions, progress: BuildProgress = _no_progress) -> BuildResult:
+    """Build a lock directory into an image. Reports through `progress`; prints nothing itself."""
+    t0 = time.monotonic()
+    lock = load_lockdir(opts.lockdir)
+    mode, arch_list, jobs = _check_options(opts, lock)
     ca_bundle = check_ca_bundle(opts.ca_bundle) if opts.ca_bundle is not None else None
+    warnings: list[str] = []
 
     c = engine.client()
     cli = engine.buildkit_cli()
@@ -157,21 +253,11 @@ def build_image(opts: BuildOptions, console: Console) -> dict[str, Any]:
     lock_uv = lock.record.uv_version or "unknown"
     if lock_uv not in ("unknown", uv_ver):
         warnings.append(f"the lock was made with uv {lock_uv}; this envbuilder ships uv {uv_ver}")
-
-    sde = lock.source_date_epoch
-    created = datetime.fromtimestamp(sde, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    build_args = {
-        "BUILDER_BASE": bases.builder, "RUNTIME_BASE": bases.runtime, "PYTHON": want_py,
-        "PYTHON_FROM": python_from, "TORCH_CUDA_ARCH_LIST": arch_list,
-        "NVTE_CUDA_ARCHS": ";".join(a.replace("+PTX", "").replace(".", "") for a in arch_list.split(";") if a),
-        "MAX_JOBS": str(jobs), "SOURCE_DATE_EPOCH": str(sde), "ENVBUILDER_CREATED": created,
-        "ENVBUILDER_VERSION": __version__, "ENVBUILDER_REVISION": git_revision(), "ENVBUILDER_ROW": lock.row,
-        "ENVBUILDER_LOCK_SHA256": lock.lock_sha256, "ENVBUILDER_BASE": bases.runtime, **proxy_args,
-    }
+    build_args = _build_args(lock, bases, want_py, python_from, arch_list, jobs, proxy_args)
     for w in warnings:
-        console.print(f"[yellow]warning:[/] {w}")
-    console.print(f"build {lock.row} ({mode}) -> {tag}  target={opts.target}  base={bases.builder}"
-                  f"  python={want_py} ({python_from})  jobs={jobs}  arch={arch_list or '-'}")
+        progress(BuildEvent("warning", w))
+    progress(BuildEvent("message", f"build {lock.row} ({mode}) -> {tag}  target={opts.target}  base={bases.builder}"
+                                   f"  python={want_py} ({python_from})  jobs={jobs}  arch={arch_list or '-'}"))
 
     log = BuildLog()
     with tempfile.TemporaryDirectory(prefix="envbuilder-ctx-") as tmp, \
@@ -196,73 +282,46 @@ def build_image(opts: BuildOptions, console: Console) -> dict[str, Any]:
 
         shown: set[int] = set()
         t_build = time.monotonic()
-        with console.status("building (BuildKit, plain progress)...", spinner="dots") as spinner:
+        progress(BuildEvent("status", "building (BuildKit, plain progress)..."))
 
-            def on_line(line: str) -> None:
-                step = log.feed(line)
-                if step is None or step.name == "internal":
-                    return
-                if step.status == "running":
-                    last = step.lines[-1] if step.lines else ""
-                    spinner.update(escape(f"{step.short[:70]}  {last[:70]}"))
-                elif step.id not in shown:
-                    shown.add(step.id)
-                    _show(console, step)
+        def on_line(line: str) -> None:
+            step = log.feed(line)
+            if step is None or step.name == "internal":
+                return
+            if step.status == "running":
+                last = step.lines[-1] if step.lines else ""
+                progress(BuildEvent("status", f"{step.short[:70]}  {last[:70]}", step))
+            elif step.id not in shown:
+                shown.add(step.id)
+                progress(BuildEvent("step", step.short[:150], step))
 
-            rc = engine.run_build(argv, ctx, on_line)
+        rc = engine.run_build(argv, ctx, on_line)
+        progress(BuildEvent("status", ""))
         build_seconds = time.monotonic() - t_build
         image_id = iidfile.read_text().strip() if rc == 0 and iidfile.exists() else None
 
     if opts.log_file is not None:
         write_atomic(opts.log_file, "\n".join(log.raw) + "\n")
     if rc != 0 or image_id is None:
-        failed = log.failed_step()
-        fd, log_path = tempfile.mkstemp(prefix=f"envbuilder-build-{lock.row}-", suffix=".log")
-        with open(fd, "w", encoding="utf-8") as fh:
-            fh.write("\n".join(log.raw) + "\n")
-        tail = log.tail(LOG_TAIL)
-        cause, fix = _advice_for(log)
-        where = failed.short if failed else (log.solve_error or "the build")
-        console.print(f"[red]build failed at[/] {escape(where)}")  # the CLI prints log_tail above the error
-        raise BuildFailedError(
-            f"docker build failed at {where}" + (f": {cause}" if cause else ""),
-            fix or f"see the last lines above and the full log at {log_path}",
-            step=failed.short if failed else None, log_tail=tail, log=log_path)
+        _raise_build_failure(log, lock.row, progress)
+    assert image_id is not None
 
     attrs = engine.inspect(c, image_id)
-    labels = dict((attrs.get("Config") or {}).get("Labels") or {})
-    result: dict[str, Any] = {
-        "tag": tag, "image_id": image_id, "row": lock.row, "mode": mode, "target": opts.target,
-        "lock_sha256": lock.lock_sha256, "base": {"builder": bases.builder, "runtime": bases.runtime,
-                                                   "digest_pinned": bases.digest_pinned, "from": bases.source},
-        "python": {"version": want_py, "from": python_from}, "arch_list": arch_list, "jobs": jobs,
-        "size_bytes": int(attrs.get("Size", 0)), "labels": labels, "context_files": files,
-        "steps": log.summary(), "build_seconds": round(build_seconds, 1), "warnings": warnings,
-        "secrets": {"ca_bundle": ca_bundle is not None, "ids": sorted(secret_ids)},
-    }
-    if opts.target == "stage1":
-        result["import_check"] = "skipped: stage 1 alone lacks the stage-2 modules its packages import"
-    elif opts.target == "builder":
-        # the runtime stage checks imports during the build; the builder target gets it here
-        status, out = engine.run_in_image(c, image_id, ["/opt/venv/bin/python",
-                                                        "/opt/envbuilder/tools/import_check.py"])
-        result["import_check"] = "passed" if status == 0 else "failed"
-        result["import_check_report"] = [ln for ln in out.splitlines() if ln.startswith("import-check")]
-        if status != 0:
-            tail = out.strip().splitlines()[-LOG_TAIL:]
-            raise BuildFailedError("the import check failed in the builder image",
-                                   "see the failing modules above; certify level 0 shows the same",
-                                   step="import check", log_tail=tail)
-    else:
-        check = log.step_matching("runtime", "import_check.py")
-        result["import_check"] = "passed" if check is not None else "not-run"
-        if check is not None:
-            result["import_check_report"] = [ln for ln in check.lines if ln.startswith("import-check")]
+    result = BuildResult(
+        tag=tag, image_id=image_id, row=lock.row, mode=mode, target=opts.target, lock_sha256=lock.lock_sha256,
+        base={"builder": bases.builder, "runtime": bases.runtime, "digest_pinned": bases.digest_pinned,
+              "from": bases.source},
+        python={"version": want_py, "from": python_from}, arch_list=arch_list, jobs=jobs,
+        size_bytes=int(attrs.get("Size", 0)), labels=dict((attrs.get("Config") or {}).get("Labels") or {}),
+        context_files=files, steps=log.summary(), build_seconds=round(build_seconds, 1), warnings=warnings,
+        secrets={"ca_bundle": ca_bundle is not None, "ids": sorted(secret_ids)},
+    )
+    result.import_check, result.import_check_report = _import_check(c, image_id, opts.target, log)
     if opts.scan:
-        result["secret_scan"] = scan_image(c, image_id, ca_bundle, opts.secrets, proxy_secrets, console)
-    result["total_seconds"] = round(time.monotonic() - t0, 1)
-    console.print(f"[green]built[/] {tag}  {image_id[:19]}  {result['size_bytes'] / 1e9:.2f} GB  "
-                  f"in {result['build_seconds']:.0f}s")
+        result.secret_scan = scan_image(c, image_id, ca_bundle, opts.secrets, proxy_secrets, progress)
+    result.total_seconds = round(time.monotonic() - t0, 1)
+    progress(BuildEvent("done", f"built {tag}  {image_id[:19]}  {result.size_bytes / 1e9:.2f} GB  "
+                                   f"in {result.build_seconds:.0f}s"))
     return result
 
 
@@ -283,14 +342,15 @@ def secret_needles(ca_bundle: Path | None, specs: list[SecretSpec],
 
 
 def scan_image(c: Any, image: str, ca_bundle: Path | None, specs: list[SecretSpec],
-               proxy_secrets: dict[str, str], console: Console) -> dict[str, Any]:
+               proxy_secrets: dict[str, str], progress: BuildProgress = _no_progress) -> dict[str, Any]:
     """Scan the built image's own layers; SecretLeakError if a secret is found in one."""
     needles = secret_needles(ca_bundle, specs, proxy_secrets)
     if not needles:
         return {"needles": 0, "findings": []}
     t = time.monotonic()
-    with console.status(f"scanning image layers for {len(needles)} secret values...", spinner="dots"):
-        findings, stats = layerscan.scan_saved_image(engine.save_stream(c, image), needles)
+    progress(BuildEvent("status", f"scanning image layers for {len(needles)} secret values..."))
+    findings, stats = layerscan.scan_saved_image(engine.save_stream(c, image), needles)
+    progress(BuildEvent("status", ""))
     base_layers: set[str] = set()
     attrs = engine.inspect(c, image)
     # Findings in the base's own layers are the base's business (e.g. a public root it ships);

@@ -1,0 +1,235 @@
+"""Host side: the whole `envbuilder certify` run, from options to a checked certificate.
+
+Pick the target, write the expectations (from the lock, the lock inside the image, or
+--expect), run `python -m envbuilder.certify` in the target, keep its certificate (and sign it)
+in -o only when the run finished and claims something. The CLI parses, calls and prints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from envbuilder.canonical import dumps, sha256_file
+from envbuilder.certify.expect import EXPECT_SCHEMA
+from envbuilder.certify.expectations import expectations_from_lock, expectations_without_lock, read_lock
+from envbuilder.certify.runner import Target, run_certify
+from envbuilder.errors import (
+    CertificationFailedError,
+    CertifyEnvironmentError,
+    InvalidOptionError,
+    MalformedFileError,
+)
+from envbuilder.paths import matrices_dir
+from envbuilder.uvbin import uv_binary
+
+Progress = Callable[[str], None]
+SBOM_NAME = "sbom.cdx.json"
+
+
+@dataclass
+class CertifyOptions:
+    target: Target
+    lock: Path | None = None
+    expect: Path | None = None
+    level: int = 1
+    cpu: bool = False
+    only: str = ""
+    steps: int = 30
+    gpus: int = 0
+    output: Path | None = None
+    logs: Path | None = None
+    timestamp: bool = False
+    sign_key: Path | None = None
+    sbom: Path | None = None
+
+
+@dataclass
+class CertifyResult:
+    certificate: dict[str, Any]
+    output: Path | None
+    signed_keyid: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.certificate.get("status") == "pass"
+
+    def failed_checks(self) -> list[dict[str, Any]]:
+        return [c for c in self.certificate["checks"] if c.get("status") == "fail"]
+
+    @property
+    def ran_any(self) -> bool:
+        """Whether at least one check passed or failed: a certificate that checked nothing claims nothing."""
+        return any(c.get("status") in ("pass", "fail") for c in self.certificate["checks"])
+
+    def error(self) -> CertificationFailedError | None:
+        """The typed error this certificate means, or None when it passed."""
+        if not self.ran_any:
+            return CertificationFailedError(
+                "no check ran: with nothing to compare against, a certificate would claim nothing",
+                "pass --lock DIR (or --expect FILE), or a level whose checks apply to this target")
+        if self.passed:
+            return None
+        failed = self.failed_checks()
+        return CertificationFailedError(
+            f"{len(failed)} check(s) failed: {', '.join(c['name'] for c in failed)}",
+            next((c["advice"].split("fix: ", 1)[-1] for c in failed if c.get("advice")),
+                 "see the report for each check's advice"))
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.certificate
+
+
+CERT_OWNED = ("certificate.json", "report.md", "certificate.dsse.json", "sbom.cdx.json")
+
+
+def _is_cert_dir(path: Path) -> bool:
+    return (path / "certificate.json").is_file()
+
+
+def _cert_owned(path: Path) -> list[str]:
+    """Files a previous certify wrote into `path` (replaced by this run's; anything else stays)."""
+    names = [n for n in CERT_OWNED if (path / n).is_file()]
+    return names + sorted(p.name for p in path.glob("*.svg") if p.is_file())
+
+
+def _claims_something(path: Path) -> bool:
+    """A certificate in which at least one check passed or failed (one that checked nothing is not kept)."""
+    try:
+        checks = json.loads(path.read_text(encoding="utf-8")).get("checks")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return isinstance(checks, list) and any(isinstance(c, dict) and c.get("status") in ("pass", "fail")
+                                            for c in checks)
+
+
+@contextlib.contextmanager
+def _out_dir(output: Path | None, progress: Progress) -> Iterator[Path]:
+    """Where the environment writes; its files replace the previous certificate's only once the run finished."""
+    if output is None:
+        with tempfile.TemporaryDirectory(prefix="envbuilder-cert-") as tmp:
+            yield Path(tmp)
+        return
+    from envbuilder.atomic import claim_output_dir, commit_files, staging_dir
+
+    with claim_output_dir(output, _is_cert_dir, "a certificate directory",
+                          progress=progress) as real, staging_dir(real) as stage:
+        stage.chmod(0o777)  # containers may run as another uid
+        yield stage
+        if _claims_something(stage / "certificate.json"):
+            made = sorted(str(p.relative_to(stage)) for p in stage.rglob("*") if p.is_file())
+            commit_files(stage, real, made, remove=_cert_owned(real))
+
+
+def _expectations(t: Target, lock: Path | None, expect: Path | None, artifact: dict[str, Any],
+                  workdir: Path, progress: Progress) -> dict[str, Any]:
+    if expect is not None:
+        data = _read_expectations(expect)
+        data["artifact"] = artifact
+        return data
+    strict = True
+    if lock is not None:
+        label = t.lock_label()
+        if label and label != read_lock(lock).lock_sha256:
+            progress(f"warning: {t.ref} was built from lock {label[:12]}…, not from {lock}; expect drift failures")
+    else:
+        inside = t.lock_inside(workdir / "lock-from-image")
+        if inside is not None:
+            lock, strict = inside, False
+    if lock is None:
+        return expectations_without_lock(matrices=matrices_dir(), artifact=artifact)
+    return expectations_from_lock(lock, uv_bin=uv_binary(), matrices=matrices_dir(), artifact=artifact,
+                                  strict=strict)
+
+
+def _read_expectations(path: Path) -> dict[str, Any]:
+    """--expect FILE, schema-checked here so a bad file fails before anything starts."""
+    fix = "pass an expectations file written by envbuilder (or certify with --lock DIR)"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise MalformedFileError(f"--expect {path} is not readable JSON ({exc})", fix) from exc
+    if not isinstance(data, dict):
+        raise MalformedFileError(f"--expect {path} is a JSON {type(data).__name__}, not an object", fix)
+    if data.get("schema") != EXPECT_SCHEMA:
+        raise MalformedFileError(f"--expect {path}: schema {data.get('schema')!r}, expected {EXPECT_SCHEMA}", fix)
+    for key, kind in (("packages", dict), ("target", dict), ("skip_imports", list), ("datasheet", list)):
+        if key in data and not isinstance(data[key], kind):
+            raise MalformedFileError(f"--expect {path}: '{key}' is not a {kind.__name__}", fix)
+    return data
+
+
+def _inner_args(opts: CertifyOptions, exp_path: str, out_path: str) -> list[str]:
+    args = [f"--level={opts.level}", f"--expect={exp_path}", f"--out={out_path}", "--json",
+            f"--steps={opts.steps}", "--host-managed-out"]
+    if opts.cpu:
+        args.append("--cpu")
+    if opts.only:
+        args.append(f"--only={opts.only}")
+    if opts.gpus:
+        args.append(f"--gpus={opts.gpus}")
+    if opts.logs is not None:
+        if not opts.target.on_host:
+            raise InvalidOptionError("--logs works with --venv and --in-place only",
+                                     "containers keep their logs inside; use -o for the report")
+        args.append(f"--logs={opts.logs.resolve()}")
+    if opts.timestamp:
+        args.append("--timestamp=" + datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    return args
+
+
+def certify_environment(opts: CertifyOptions, progress: Progress = lambda _m: None) -> CertifyResult:
+    """Run the checks in the target; CertificationFailedError only when no check ran (a failed check
+    is a certificate with status "fail", which the caller reports)."""
+    from envbuilder.certify.sign import KEY_ENV, load_private_key, sign_certificate
+
+    t, output, sbom = opts.target, opts.output, opts.sbom
+    if opts.lock is not None and opts.expect is not None:
+        raise InvalidOptionError("--lock and --expect are alternatives", "pass one of them")
+    if output is not None:  # refuse a directory that is not ours before anything runs
+        from envbuilder.atomic import guard_output_dir
+
+        guard_output_dir(output, _is_cert_dir, "a certificate directory")
+    signing = opts.sign_key is not None or bool(os.environ.get(KEY_ENV, "").strip())
+    if (signing or sbom is not None) and output is None:
+        raise InvalidOptionError("--sign and --sbom need -o DIR (the envelope and SBOM sit beside the certificate)",
+                                 "add -o DIR")
+    key = load_private_key(opts.sign_key) if signing else None  # fail on a bad key before the checks run
+    artifact: dict[str, Any] = dict(t.artifact())
+    if sbom is not None:
+        artifact["sbom"] = {"name": SBOM_NAME, "sha256": sha256_file(sbom)}
+    signed = None
+    with tempfile.TemporaryDirectory(prefix="envbuilder-certify-in-") as tmp:
+        in_dir = Path(tmp)
+        exp = _expectations(t, opts.lock, opts.expect, artifact, in_dir, progress)
+        (in_dir / "expect.json").write_text(dumps(exp), encoding="utf-8")
+        in_dir.chmod(0o755)
+        with _out_dir(output, progress) as out_dir:
+            exp_path, out_path = t.inner_paths(in_dir, out_dir)
+            args = _inner_args(opts, exp_path, out_path)
+            rc, stdout = run_certify(t, args, in_dir, out_dir, gpus=opts.level >= 1 and not opts.cpu)
+            if (out_dir / "certificate.json").exists() and output is not None:
+                if sbom is not None:
+                    shutil.copyfile(sbom, out_dir / SBOM_NAME)
+                if key is not None:  # signed in the staging dir: certificate and envelope appear together
+                    signed = sign_certificate(out_dir / "certificate.json", key)
+    if rc not in (0, CertificationFailedError.exit_code):
+        raise CertifyEnvironmentError(f"the checks could not run in the {t.kind} (exit code {rc})",
+                                      "read the output above; `python -m envbuilder.certify --help` inside the "
+                                      "environment shows the in-environment options")
+    try:
+        cert: dict[str, Any] = json.loads(stdout)
+    except json.JSONDecodeError as exc:
+        raise CertifyEnvironmentError("the environment printed no certificate", "read the output above") from exc
+    if not isinstance(cert, dict) or not isinstance(cert.get("checks"), list):
+        raise CertifyEnvironmentError("the environment printed something that is not a certificate",
+                                      "read the output above")
+    return CertifyResult(cert, output, signed.keyid if signed else None)
