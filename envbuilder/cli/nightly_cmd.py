@@ -49,10 +49,13 @@ def _row_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 def _config(row: str, level: int, output: Path, locks: Path, tag_template: str, base: str | None, cpu: bool,
             train_steps: int | None, sign_key: Path | None, public_key: Path | None, formats: str,
             lock_args: tuple[str, ...], build_args: tuple[str, ...]) -> Any:
+    from envbuilder.matrix import load_matrix
+    from envbuilder.nightly.plan import row_flag
     from envbuilder.nightly.steps import RowConfig
 
-    return RowConfig(row=row, level=level, output=output, locks=locks, tag_template=tag_template, base=base,
-                     cpu=cpu, train_steps=train_steps, sign_key=sign_key, public_key=public_key,
+    flag = row_flag(load_matrix(), row) if row else "--nemo"
+    return RowConfig(row=row, row_flag=flag, level=level, output=output, locks=locks, tag_template=tag_template,
+                     base=base, cpu=cpu, train_steps=train_steps, sign_key=sign_key, public_key=public_key,
                      formats=tuple(f for f in formats.replace(",", " ").split() if f),
                      lock_args=lock_args, build_args=build_args)
 
@@ -96,12 +99,14 @@ def run(rows: str | None, jobs: int, no_resume: bool, no_report: bool, site: Pat
     """Every row: lock --check, build, sbom, export sqsh+sif, certify, verify-cert; then report --gate."""
     from envbuilder.matrix import load_matrix
     from envbuilder.nightly.pipeline import NightlyOptions, run_nightly
-    from envbuilder.nightly.plan import make_plan
+    from envbuilder.nightly.plan import make_plan, row_flag
 
-    chosen = [r.row for r in make_plan(load_matrix(), _rows(rows) or None, row_opts["level"], env={}).rows]
+    matrix = load_matrix()
+    chosen = [r.row for r in make_plan(matrix, _rows(rows) or None, row_opts["level"], env={}).rows]
     console = stderr_console()
     opts = NightlyOptions(chosen, _config("", **row_opts), jobs=jobs, resume=not no_resume, report=not no_report,
-                          site=site, history=history, threshold_pct=threshold_pct, browser_check=browser_check)
+                          site=site, history=history, threshold_pct=threshold_pct, browser_check=browser_check,
+                          row_flags={r: row_flag(matrix, r) for r in chosen})
     console.print(f"nightly: {len(chosen)} row(s), level {row_opts['level']}, {jobs} at a time: {' '.join(chosen)}")
     result = run_nightly(opts, progress=console.print)
     for r in result.rows:

@@ -171,6 +171,7 @@ class NightlyOptions:
     history: Path | None = None  # default OUT/history.json
     threshold_pct: float = 10.0
     browser_check: bool = False
+    row_flags: dict[str, str] = field(default_factory=dict)  # row -> --nemo / --release (plan.row_flag)
 
 
 def report_args(opts: NightlyOptions) -> list[str]:
@@ -188,7 +189,7 @@ def report_args(opts: NightlyOptions) -> list[str]:
 
 def run_nightly(opts: NightlyOptions, progress: Progress = lambda _m: None) -> NightlyResult:
     children = _Children()
-    cfgs = [replace(opts.template, row=r) for r in opts.rows]
+    cfgs = [replace(opts.template, row=r, row_flag=opts.row_flags.get(r, "--nemo")) for r in opts.rows]
     pool = ThreadPoolExecutor(max_workers=max(1, opts.jobs), thread_name_prefix="nightly-row")
     try:
         futures = [pool.submit(run_row, c, progress, opts.resume, children) for c in cfgs]

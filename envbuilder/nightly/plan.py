@@ -73,3 +73,9 @@ def make_plan(matrix: Matrix, rows: list[str] | None, level: int, env: Mapping[s
         chosen = matrix.names(include_test=include_test)
     labels = runner_for(level, env)
     return Plan([PlanRow(r, level, labels) for r in chosen])
+
+
+def row_flag(matrix: Matrix, name: str) -> str:
+    """The `envbuilder lock` option that names this row: --nemo TAG, or --release YY.MM for rows without a tag."""
+    row = matrix.find_row(name=name)
+    return "--release" if row is not None and row.nemo is None else "--nemo"

@@ -26,6 +26,8 @@ class RowConfig:
 
     row: str
     level: int = 2
+    #: how `lock` names this row: --nemo for NeMo tags, --release for rows without one (e.g. 26.04)
+    row_flag: str = "--nemo"
     output: Path = Path("build/nightly")
     locks: Path = Path("locks")
     tag_template: str = DEFAULT_TAG
@@ -73,7 +75,7 @@ class RowConfig:
 def command(cfg: RowConfig, step: str) -> list[str]:
     """The envbuilder arguments of one step."""
     if step == "lock-check":
-        return ["lock", "--nemo", cfg.row, "-o", str(cfg.lockdir), "--check", "--no-detect", *cfg.lock_args]
+        return ["lock", cfg.row_flag, cfg.row, "-o", str(cfg.lockdir), "--check", "--no-detect", *cfg.lock_args]
     if step == "build":
         return ["build", str(cfg.lockdir), "--tag", cfg.tag, *(["--base", cfg.base] if cfg.base else []),
                 *cfg.build_args]
