@@ -63,11 +63,9 @@ def test_cli_lock_check_exit_code(tmp_path: Path) -> None:
 
 def test_nemo_row_locks_stage2_from_metadata_records_without_building(tmp_path: Path) -> None:
     m = load_matrix(REPO / "matrices")
-    # v2.3.0's own mamba-ssm 2.2.0 / causal-conv1d 1.2.2.post1 sdists hold no CUDA sources (refused, see
-    # test_kernel_less_sdists_are_refused); the nearest releases whose sdists ship their kernels
-    sets = (("causal-conv1d", "1.5.2"), ("mamba-ssm", "2.2.5"))
-    res = run_lock(m, ResolveRequest(row="v2.3.0", overrides=sets),
-                   LockOptions(output=tmp_path / "lk", verbose_uv=True))
+    # v2.7.0: every stage-2 sdist it pins ships CUDA sources (v2.3.0's mamba-ssm 2.2.0 / causal-conv1d
+    # 1.2.2.post1 do not, and no release before its cutoff does: see test_kernel_less_sdists_are_refused)
+    res = run_lock(m, ResolveRequest(row="v2.7.0"), LockOptions(output=tmp_path / "lk", verbose_uv=True))
     stage2 = res.record.stage2_packages
     assert {"transformer-engine-torch", "flash-attn", "mamba-ssm"} <= set(stage2)
     locked = {p.name: p for p in read_uv_lock(tmp_path / "lk" / "uv.lock")}
