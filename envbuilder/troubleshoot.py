@@ -44,6 +44,12 @@ _PATTERNS: list[tuple[str, str, str]] = [
     (r"No module named 'packaging'|No module named 'ninja'|No module named 'psutil'",
      "a no-build-isolation sdist is missing a build dependency in stage 1",
      "add the missing module to stage 1 (the build_requires of matrices/build_packages.toml)"),
+    # a CUDA library older than the one a package was built against: the symbol carries the library's
+    # version tag (TE 2.14 cu13 needs cublasLtGroupedMatrixLayoutInit_internal, cuBLAS >= 13.2)
+    (r"undefined symbol: \w+, version lib(cublas|cublasLt|cudnn\w*|cudart|nccl|nvrtc|cusparse|cufft|curand)\.so",
+     "a CUDA library in the environment is older than the one a package was built against",
+     "install a newer nvidia-* wheel for that library (e.g. nvidia-cublas>=13.2 for transformer-engine-cu13 "
+     "2.14), or lock a package version built against the CUDA that torch brings"),
     (r"undefined symbol",
      "a compiled extension does not match the torch it was loaded with (ABI mismatch)",
      "rebuild the kernel packages against the locked torch (uv sync --extra compile --reinstall)"),

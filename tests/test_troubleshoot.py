@@ -10,6 +10,9 @@ CASES = [
     ("error: failed to write to file `/root/.cache/uv/x/torch-2.13.0-cp311-cp311-manylinux_2_28_x86_64.whl`: "
      "No space left on device (os error 28)", "disk is full"),
     ("ImportError: flash_attn_2_cuda.so: undefined symbol: _ZN3c105ErrorC2E", "ABI mismatch"),
+    # seen on the H100: TE 2.14.1's cu13 core with torch 2.11.0+cu130's nvidia-cublas 13.1.0.3
+    ("OSError: /x/transformer_engine/wheel_lib/libtransformer_engine.so: undefined symbol: "
+     "cublasLtGroupedMatrixLayoutInit_internal, version libcublasLt.so.13", "CUDA library in the environment is older"),
     ("RuntimeError: CUDA error: no kernel image is available for execution on the device", "architecture"),
     ("error: dns error: failed to lookup address information", "DNS"),
     ("invalid peer certificate: UnknownIssuer", "TLS verification failed"),
