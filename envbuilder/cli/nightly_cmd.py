@@ -139,3 +139,18 @@ def step(step: str, row: str, **row_opts: Any) -> None:
     stderr_console().print(f"{row} {step}: {sr.status} ({sr.seconds:.0f}s)")
     if sr.status == "failed":
         sys.exit(sr.exit_code or 1)
+
+
+@nightly.command("locks-status")
+@click.argument("lock_all_json", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), default=Path("locks/STATUS.md"),
+              show_default=True)
+def locks_status(lock_all_json: Path, output: Path) -> None:
+    """Write locks/STATUS.md from `lock --all --json` output: locked rows, and each other row's cause and fix."""
+    from envbuilder.atomic import write_atomic
+    from envbuilder.nightly.locks import read_lock_all, render_status
+
+    rows = read_lock_all(lock_all_json)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(output, render_status(rows))
+    stderr_console().print(f"wrote {output}: {sum(r.locked for r in rows)} of {len(rows)} rows locked")

@@ -139,7 +139,7 @@ def run_row(cfg: RowConfig, progress: Progress, resume: bool = True, children: _
         cfg.rowdir.mkdir(parents=True, exist_ok=True)
         log = cfg.rowdir / "logs" / "lock-check.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(log, f"{cfg.lockdir} has no uv.lock: no committed lock for this row (see locks/README.md)\n")
+        write_atomic(log, f"{cfg.lockdir} has no uv.lock: no committed lock for this row (locks/STATUS.md says why)\n")
         res.steps.append(StepResult("lock-check", "failed", 1, 0.0, str(log)))
         res.status = "failed"
     elif resume and is_current(cfg, children):
