@@ -173,3 +173,12 @@ drift-pr:
 # kernels (issue 12): nvcc + cuobjdump from NVIDIA's PyPI wheels for the GPU-less arch tests
 cuda-tools: setup
 	scripts/cuda-tools.sh
+
+# ---- performance paths: lock --check / offline-first / lock --all; export vs apptainer + the limit
+.PHONY: bench-lock-fast bench-export
+BENCH_IMAGE ?= envbuilder/smoke:latest
+bench-lock-fast: setup
+	$(BIN)/python bench/lock_fast.py --nemo v2.3.0 --rounds 5 --all-rows
+
+bench-export: setup
+	$(BIN)/python bench/export_compare.py $(BENCH_IMAGE)

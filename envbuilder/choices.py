@@ -45,3 +45,8 @@ GRAD_DTYPES = ("fp32", "bf16")
 
 #: --color
 COLORS = ("auto", "always", "never")
+
+# export --compression (mksquashfs options per name: export.squashfs.COMPRESSIONS)
+EXPORT_COMPRESSIONS = ("zstd", "lz4", "lzo", "gzip", "none")
+# export --layers: the engine's overlay2 directories, `docker save`, or storage when readable
+EXPORT_LAYER_SOURCES = ("auto", "storage", "save")

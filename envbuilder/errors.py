@@ -492,6 +492,13 @@ class LockAllError(EnvbuilderError):
     kind = "lock-all-failed"
 
 
+class LayerStorageUnreadableError(EnvbuilderError):
+    """`export --layers storage`: the engine's layer directories cannot be read from here."""
+
+    exit_code = 111
+    kind = "layer-storage-unreadable"
+
+
 # --- 120-129: command-line options -------------------------------------------
 # (this section's classes go here)
 

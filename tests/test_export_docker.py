@@ -177,7 +177,20 @@ def sifcheck(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _export(image: str, fmt: str, out: Path, **kw: Any) -> ExportResult:
+    kw.setdefault("cache", False)  # these tests are about building: a cache hit would prove nothing
     return export_image(ExportOptions(image=image, fmt=fmt, output=out, **kw))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_export_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """CLI runs below use the export cache: keep it out of the user's ~/.cache."""
+    old = os.environ.get("ENVBUILDER_EXPORT_CACHE")
+    os.environ["ENVBUILDER_EXPORT_CACHE"] = str(tmp_path_factory.mktemp("export-cache"))
+    yield
+    if old is None:
+        os.environ.pop("ENVBUILDER_EXPORT_CACHE", None)
+    else:
+        os.environ["ENVBUILDER_EXPORT_CACHE"] = old
 
 
 @pytest.fixture(scope="session")
@@ -286,8 +299,10 @@ def test_sqsh_enroot_conventions_and_entrypoint(whiteout_image: str, wh_sqsh: Ex
 def test_sqsh_inspect_and_compression_defaults(wh_sqsh: ExportResult) -> None:
     report = inspect_artifact(wh_sqsh.path, with_listing=True)
     assert report["format"] == "sqsh" and report["checks"] == "ok"
-    assert report["squashfs"]["compression"] == "lzo" and report["squashfs"]["mkfs_time"] == EPOCH
-    assert wh_sqsh.squash_options == ["-comp", "lzo", "-noD"]
+    # the pyxis guidance (squashfs.COMPRESSIONS): zstd level 3, 1 MiB blocks
+    assert report["squashfs"]["compression"] == "zstd" and report["squashfs"]["mkfs_time"] == EPOCH
+    assert report["squashfs"]["block_size"] == 1 << 20
+    assert wh_sqsh.squash_options == ["-comp", "zstd", "-Xcompression-level", "3", "-b", "1M"]
     assert any(line.endswith("/opt/opq/new1") for line in report["files"])
     assert report["labels"]["io.envbuilder.lock-sha256"] == LOCK_SHA  # from /etc/rc, as enroot keeps them
 
@@ -422,17 +437,21 @@ def test_disk_full_exit_42_no_partial_file(whiteout_image: str, tiny_fs: Path, t
     assert r.returncode == 42 and _leftovers(tiny_fs) == []
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_interrupt_exit_43_no_partial_file(big_image: str, tmp_path: Path, sig: signal.Signals) -> None:
+@pytest.mark.parametrize(("sig", "layers"), [(signal.SIGINT, "save"), (signal.SIGTERM, "storage")])
+def test_interrupt_exit_43_no_partial_file(big_image: str, tmp_path: Path, sig: signal.Signals, layers: str) -> None:
     out = tmp_path / "out"
     out.mkdir()
     (out / "keep.sqsh").write_bytes(b"previous artifact")
-    proc = subprocess.Popen([sys.executable, "-m", "envbuilder", "export", big_image, "-o", str(out / "keep.sqsh")],
+    # gzip on 160 MiB of random data keeps mksquashfs busy for seconds on either layer source
+    proc = subprocess.Popen([sys.executable, "-m", "envbuilder", "export", big_image, "-o", str(out / "keep.sqsh"),
+                             "--layers", layers, "--compression", "gzip", "--no-cache"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # save: the docker save spool exists; storage: mksquashfs has started writing the temp artifact
+    started = ".keep.sqsh.work.*/image.tar" if layers == "save" else ".keep.sqsh.*.tmp"
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not list(out.glob(".keep.sqsh.work.*/image.tar")):
+    while time.monotonic() < deadline and not list(out.glob(started)):
         time.sleep(0.05)
-    time.sleep(0.5)
+    time.sleep(0.5 if layers == "save" else 0.2)
     assert proc.poll() is None, "export finished before it could be interrupted"
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)

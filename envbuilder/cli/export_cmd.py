@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from envbuilder.choices import EXPORT_FORMATS, FORMAT_SUFFIXES
+from envbuilder.choices import EXPORT_COMPRESSIONS, EXPORT_FORMATS, EXPORT_LAYER_SOURCES, FORMAT_SUFFIXES
 from envbuilder.cli.options import choice, json_option, lock_dir_input, timings_option
 from envbuilder.console import emit_json, stderr_console
 from envbuilder.errors import InvalidOptionError, ToolMissingError
@@ -29,13 +29,23 @@ def _format_from(output: Path, fmt: str | None) -> str:
 @click.option("--format", "fmt", type=choice(EXPORT_FORMATS), default=None,
               help="sqsh: enroot/pyxis squashfs; sif: Apptainer/Singularity image (default: from -o suffix).")
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="Artifact file to write.")
+@click.option("--compression", type=choice(EXPORT_COMPRESSIONS), default=None,
+              help="Squashfs compression (default sqsh: zstd, the pyxis guidance - compressed images usually "
+                   "start faster because reading them is the bottleneck; sif: gzip, Apptainer's default).")
 @click.option("--squash-options", default=None, metavar="'OPTS'",
-              help="mksquashfs options (default sqsh: enroot's '-comp lzo -noD'; sif: '-comp gzip').")
+              help="Raw mksquashfs options instead of --compression (enroot's own default: '-comp lzo -noD').")
 @lock_dir_input(exists=True, help="Lock directory: source date, lock sha256 and row when the image lacks the "
                                   "envbuilder labels.")
 @click.option("--workdir", type=click.Path(path_type=Path, file_okay=False, exists=True), default=None,
               help="Where to spool `docker save` (default: the output's directory).")
-@click.option("--processors", type=click.IntRange(min=1), default=None, help="mksquashfs threads (default: all).")
+@click.option("--processors", type=click.IntRange(min=1), default=None,
+              help="mksquashfs threads (default: every core this process may use).")
+@click.option("--layers", "layers", type=choice(EXPORT_LAYER_SOURCES), default="auto", show_default=True,
+              help="Where layers are read: storage = the engine's overlay2 directories (one pass, no docker "
+                   "save); save = docker save; auto = storage when readable here.")
+@click.option("--no-cache", is_flag=True,
+              help="Neither reuse nor fill the export cache (ENVBUILDER_EXPORT_CACHE, default "
+                   "~/.cache/envbuilder/exports), keyed by image ID and options.")
 @click.option("--gpus-per-node", type=click.IntRange(min=0), default=8, show_default=True,
               help="For the launch snippets; 0 renders their CPU form (no GPU request, gloo workers).")
 @click.option("--procs-per-node", type=click.IntRange(min=1), default=None,
@@ -48,9 +58,10 @@ def _format_from(output: Path, fmt: str | None) -> str:
               help="Also build with the site's apptainer (sif) or enroot (sqsh) and compare the file lists.")
 @json_option("Print the export report as JSON on stdout.")
 @timings_option
-def export(image: str, fmt: str | None, output: Path, squash_options: str | None, lock: Path | None,
-           workdir: Path | None, processors: int | None, gpus_per_node: int, procs_per_node: int | None,
-           nodes: int, train_script: str, no_snippets: bool, compare: bool, as_json: bool, timings: bool) -> None:
+def export(image: str, fmt: str | None, output: Path, compression: str | None, squash_options: str | None,
+           lock: Path | None, workdir: Path | None, processors: int | None, layers: str, no_cache: bool,
+           gpus_per_node: int, procs_per_node: int | None, nodes: int, train_script: str, no_snippets: bool,
+           compare: bool, as_json: bool, timings: bool) -> None:
     """Export IMAGE from the local Docker engine to an enroot .sqsh or an Apptainer .sif."""
     from envbuilder.export.formats import get_format
     from envbuilder.export.pipeline import ExportOptions, compare_with_native, export_image, native_tools
@@ -60,6 +71,7 @@ def export(image: str, fmt: str | None, output: Path, squash_options: str | None
     opts = ExportOptions(
         image=image, fmt=_format_from(output, fmt), output=output, squash_options=squash_options,
         lock_dir=lock, workdir=workdir, processors=processors, snippets=not no_snippets,
+        compression=compression, layers=layers, cache=not no_cache,
         launch=LaunchParams(gpus_per_node=gpus_per_node, nodes=nodes, train_script=train_script,
                             procs_per_node=procs_per_node),
     )  # fmt: skip

@@ -26,15 +26,18 @@ from typing import Any
 
 from envbuilder import atomic, canonical
 from envbuilder.canonical import sha256_file
+from envbuilder.choices import EXPORT_LAYER_SOURCES
 from envbuilder.errors import (
     DiskFullError,
     ExportInterruptedError,
     InvalidOptionError,
+    LayerStorageUnreadableError,
     OutputPathError,
 )
-from envbuilder.export import image_source, render, sidecars, squashfs, verify
-from envbuilder.export.flatten import LayerSource, MergedTree, merge_layers, write_merged_tar
-from envbuilder.export.formats import FORMATS, get_format
+from envbuilder.export import image_source, render, sidecars, squashfs, storage, verify
+from envbuilder.export.cache import ExportCache, export_key, mksquashfs_version
+from envbuilder.export.flatten import LayerReader, LayerSource, MergedTree, merge_layers, write_merged_tar
+from envbuilder.export.formats import FORMATS, ArtifactFormat, get_format
 from envbuilder.lock import record as lock_record
 from envbuilder.lock.record import LockRecord
 
@@ -50,6 +53,13 @@ class ExportOptions:
     processors: int | None = None
     launch: render.LaunchParams = field(default_factory=render.LaunchParams)
     snippets: bool = True
+    compression: str | None = None  # squashfs.COMPRESSIONS name; default per format
+    layers: str = "auto"  # LAYER_SOURCES: the engine's layer directories, docker save, or storage if readable
+    cache: bool = True  # reuse / fill the content-addressed export cache
+    cache_dir: Path | None = None  # default: ENVBUILDER_EXPORT_CACHE, else ~/.cache/envbuilder/exports
+
+
+LAYER_SOURCES = EXPORT_LAYER_SOURCES
 
 
 @dataclass
@@ -69,6 +79,10 @@ class ExportResult:
     stats: dict[str, int]
     sidecars: list[Path]
     sidecars_kept: list[Path] = field(default_factory=list)  # edited by the user: left as they were
+    cache: str = "off"  # hit | miss | off
+    cache_key: str = ""
+    layers_from: str = ""  # storage | docker-save | cache
+    processors: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -87,6 +101,10 @@ class ExportResult:
             "stats": self.stats,
             "sidecars": [str(p) for p in self.sidecars],
             "sidecars_kept": [str(p) for p in self.sidecars_kept],
+            "cache": self.cache,
+            "cache_key": self.cache_key,
+            "layers_from": self.layers_from,
+            "processors": self.processors,
         }
 
 
@@ -173,17 +191,31 @@ def export_image(opts: ExportOptions, progress: Callable[[str], None] = lambda _
         raise InvalidOptionError("IMAGE is empty", "pass an image reference, e.g. envbuilder/v2.3.0:TAG")
     if str(opts.output) in ("", "."):
         raise OutputPathError(f"-o {str(opts.output)!r} is not a file path", "pass a file path, e.g. -o nemo.sqsh")
+    if opts.layers not in LAYER_SOURCES:
+        raise InvalidOptionError(f"unknown layer source {opts.layers!r}", f"use one of {', '.join(LAYER_SOURCES)}")
     output = Path(opts.output).absolute()
     check_output(output)
-    squash_args = squashfs.parse_squash_options(
-        opts.squash_options if opts.squash_options is not None else fmt.default_squash_options)
-    squashfs.mksquashfs_path()  # ToolMissingError before any work
+    squash_args = squash_arguments(opts)
+    mksquashfs = squashfs.mksquashfs_path()  # ToolMissingError before any work
+    processors = opts.processors or squashfs.default_processors()
 
     client = image_source.docker_client()
     image = image_source.get_image(client, opts.image)
     image_size = int(image.attrs.get("Size") or 0)
+    dirs = storage.storage_layer_dirs(image) if opts.layers != "save" else None
+    if opts.layers == "storage" and dirs is None:
+        raise LayerStorageUnreadableError(
+            "the engine's layer directories cannot be read from here (not overlay2, a remote engine, "
+            "or no permission)", "use --layers save (docker save), or run as a user who can read them")
 
     started = time.monotonic()
+    # everything the artifact's bytes depend on is known before any layer is read: the cache key
+    info = storage.info_from_inspect(image, opts.image)
+    epoch, lock_sha, row = provenance(info, opts.lock_dir)
+    cache = ExportCache(opts.cache_dir) if opts.cache else None
+    key = export_key(image_id=info.image_id, fmt=opts.fmt, squash_args=squash_args, source_date_epoch=epoch,
+                     lock_sha256=lock_sha, row=row, image_ref=opts.image,
+                     mksquashfs=mksquashfs_version(mksquashfs)) if cache else ""
     work_parent = Path(opts.workdir) if opts.workdir else output.parent
     # leftovers of an export that was killed (SIGKILL runs no cleanup); a live one holds its flocks
     for stale in (*atomic.remove_abandoned(output.parent, f".{output.name}.", ".tmp"),
@@ -192,49 +224,33 @@ def export_image(opts: ExportOptions, progress: Callable[[str], None] = lambda _
     tmp_fd, tmp_name = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent)
     os.close(tmp_fd)
     tmp = Path(tmp_name)
+    hit_tmp = tmp.with_name(tmp.name.removesuffix(".tmp") + ".hit.tmp")
     work = Path(tempfile.mkdtemp(prefix=f".{output.name}.work.", dir=work_parent))
     done = False
+    cached: dict[str, Any] | None = None
+    stats: dict[str, int] = {}
     try:
         with _signals_interrupt(), atomic.hold(tmp), atomic.hold(work):
-            progress(f"saving {opts.image} from the engine")
-            archive = work / "image.tar"
-            image_source.spool_image(image, archive)
-            with image_source.SavedImage(archive, opts.image, image_size) as saved:
-                info = saved.info
-                epoch, lock_sha, row = provenance(info, opts.lock_dir)
+            if cache is not None:
+                cached = cache.fetch(key, opts.fmt, hit_tmp)
+            if cached is not None:
+                progress(f"cache hit {key[:12]}: {opts.image} was exported with these options before")
+                stats = {k: int(v) for k, v in (cached.get("stats") or {}).items()}
                 labels = artifact_labels(info, epoch, lock_sha, row)
-                # Apptainer's docker bootstrap copies the image's labels itself: list only ours
-                def_labels = {k: v for k, v in labels.items() if k not in info.labels}
-                deffile = render.render_deffile(opts.image, def_labels, row, lock_sha)
-                progress(f"merging {len(saved.layers)} layers")
-                source = LayerSource(saved.layers)
-                tree = merge_layers(source)
-                fmt.add_runtime_files(tree, info, labels, deffile)
-                mode, uid, gid = _root_attrs(tree)
-                emb = fmt.embedded(deffile, canonical.dumps(labels, ascii_only=True).encode())
-                spec = squashfs.SquashSpec(
-                    mtime=epoch, options=squash_args, processors=opts.processors, offset=emb.offset,
-                    root_mode=mode, root_uid=uid, root_gid=gid,
-                )  # fmt: skip
-                stats: dict[str, int] = {}
-                progress(f"mksquashfs {' '.join(squash_args)}")
-
-                def feed(stdin: Any) -> None:
-                    stats.update(write_merged_tar(tree, source, stdin, epoch))
-
-                squashfs.build_squashfs(tmp, spec, feed)
-                expected = verify.tree_from_merged(tree)
-                stats["whiteouts"] = tree.whiteouts_applied
-                stats["opaque_dirs"] = tree.opaque_dirs_applied
-                stats["layers"] = len(saved.layers)
-            fmt.finish(tmp, emb, info, lock_sha, squash_args, epoch)
-            progress("checking every path and symlink against the image")
-            checked = verify.verify_artifact(tmp, expected, emb.offset)
-            stats["paths_verified"], stats["links_verified"] = checked.paths_checked, checked.links_checked
-            os.chmod(tmp, 0o644)
-            with open(tmp, "rb") as fh:
-                os.fsync(fh.fileno())
-            os.replace(tmp, output)
+                deffile = render.render_deffile(opts.image, _def_labels(labels, info), row, lock_sha)
+                os.chmod(hit_tmp, 0o644)
+                os.replace(hit_tmp, output)
+            else:
+                with _open_layers(image, dirs, work, opts.image, image_size, progress) as (info, source):
+                    epoch, lock_sha, row = provenance(info, opts.lock_dir)
+                    labels = artifact_labels(info, epoch, lock_sha, row)
+                    deffile = render.render_deffile(opts.image, _def_labels(labels, info), row, lock_sha)
+                    stats = _build(fmt, tmp, info, source, labels, deffile, epoch, lock_sha, squash_args,
+                                   processors, progress)
+                os.chmod(tmp, 0o644)
+                with open(tmp, "rb") as fh:
+                    os.fsync(fh.fileno())
+                os.replace(tmp, output)
             done = True
     except _Interrupted as exc:
         raise ExportInterruptedError(
@@ -249,21 +265,93 @@ def export_image(opts: ExportOptions, progress: Callable[[str], None] = lambda _
         squashfs.raise_if_enospc(exc, output.parent)
         raise
     finally:
-        if not done:
+        for leftover in (tmp, hit_tmp):
             with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()
+                leftover.unlink()
         shutil.rmtree(work, ignore_errors=True)
 
+    digest = str(cached["sha256"]) if cached is not None else sha256_file(output)
+    size = output.stat().st_size
+    if cache is not None and cached is None and done:
+        progress(f"filing the artifact in the export cache ({cache.root})")
+        cache.store(key, opts.fmt, output, {
+            "sha256": digest, "size": size, "image_id": info.image_id, "format": opts.fmt,
+            "squash_options": squash_args, "stats": stats, "source_date_epoch": epoch,
+            "lock_sha256": lock_sha, "row": row})
     written: list[Path] = []
     kept: list[Path] = []
     if opts.snippets:
         written, kept = write_sidecars(output, opts, deffile)
     return ExportResult(
-        path=output, format=opts.fmt, size=output.stat().st_size, sha256=sha256_file(output),
+        path=output, format=opts.fmt, size=size, sha256=digest,
         seconds=time.monotonic() - started, image=opts.image, image_id=info.image_id, image_size=image_size,
         source_date_epoch=epoch, lock_sha256=lock_sha, row=row, squash_options=squash_args, stats=stats,
         sidecars=written, sidecars_kept=kept,
+        cache="off" if cache is None else ("hit" if cached is not None else "miss"), cache_key=key,
+        layers_from="cache" if cached is not None else ("storage" if dirs else "docker-save"),
+        processors=processors,
     )  # fmt: skip
+
+
+def squash_arguments(opts: ExportOptions) -> list[str]:
+    if opts.squash_options is not None and opts.compression is not None:
+        raise InvalidOptionError("--compression and --squash-options both choose the compressor",
+                                 "pass one of them")
+    if opts.squash_options is not None:
+        return squashfs.parse_squash_options(opts.squash_options)
+    return squashfs.parse_squash_options(squashfs.compression_options(opts.fmt, opts.compression))
+
+
+def _def_labels(labels: dict[str, str], info: image_source.ImageInfo) -> dict[str, str]:
+    """Apptainer's docker bootstrap copies the image's labels itself: the definition file lists only ours."""
+    return {k: v for k, v in labels.items() if k not in info.labels}
+
+
+@contextlib.contextmanager
+def _open_layers(image: Any, dirs: list[Path] | None, work: Path, ref: str, image_size: int,
+                 progress: Callable[[str], None]) -> Iterator[tuple[image_source.ImageInfo, LayerReader]]:
+    """(image config, layer reader): the engine's layer directories, else a spooled `docker save`."""
+    if dirs is not None:
+        progress(f"reading {len(dirs)} layers from the engine's storage")
+        yield storage.info_from_inspect(image, ref), storage.StorageLayerSource(dirs)
+        return
+    progress(f"saving {ref} from the engine")
+    archive = work / "image.tar"
+    image_source.spool_image(image, archive)
+    with image_source.SavedImage(archive, ref, image_size) as saved:
+        yield saved.info, LayerSource(saved.layers)
+
+
+def _build(fmt: ArtifactFormat, tmp: Path, info: image_source.ImageInfo, source: LayerReader,
+           labels: dict[str, str], deffile: str, epoch: int, lock_sha: str, squash_args: list[str],
+           processors: int, progress: Callable[[str], None]) -> dict[str, int]:
+    """Merge the layers, add the runtime's files, stream them into mksquashfs, complete the format's
+    file (SIF: header and descriptors), then check every path and symlink against the merged tree."""
+    progress(f"merging {len(source.layers)} layers")
+    tree = merge_layers(source)
+    fmt.add_runtime_files(tree, info, labels, deffile)
+    mode, uid, gid = _root_attrs(tree)
+    emb = fmt.embedded(deffile, canonical.dumps(labels, ascii_only=True).encode())
+    spec = squashfs.SquashSpec(
+        mtime=epoch, options=squash_args, processors=processors, offset=emb.offset,
+        root_mode=mode, root_uid=uid, root_gid=gid,
+    )  # fmt: skip
+    stats: dict[str, int] = {}
+    progress(f"mksquashfs {' '.join(squash_args)} on {processors} cores")
+
+    def feed(stdin: Any) -> None:
+        stats.update(write_merged_tar(tree, source, stdin, epoch))
+
+    squashfs.build_squashfs(tmp, spec, feed)
+    expected = verify.tree_from_merged(tree)
+    stats["whiteouts"] = tree.whiteouts_applied
+    stats["opaque_dirs"] = tree.opaque_dirs_applied
+    stats["layers"] = len(source.layers)
+    fmt.finish(tmp, emb, info, lock_sha, squash_args, epoch)
+    progress("checking every path and symlink against the image")
+    checked = verify.verify_artifact(tmp, expected, emb.offset)
+    stats["paths_verified"], stats["links_verified"] = checked.paths_checked, checked.links_checked
+    return stats
 
 
 def write_sidecars(output: Path, opts: ExportOptions, deffile: str) -> tuple[list[Path], list[Path]]:
