@@ -95,3 +95,19 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return fields[0] != "Z"
+
+
+def processes_in(directory: Path) -> list[int]:
+    """Live processes whose working directory is `directory` or below it (uv lock runs in staging)."""
+    prefix = str(directory)
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cwd = os.readlink(f"/proc/{entry}/cwd")
+        except OSError:
+            continue
+        if (cwd == prefix or cwd.startswith(prefix + "/")) and alive(int(entry)):
+            out.append(int(entry))
+    return out

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from faultkit import OFFLINE_LOCK_ARGS, alive, children_of, offline_env, offline_index, snapshot
+from faultkit import OFFLINE_LOCK_ARGS, alive, children_of, offline_env, offline_index, processes_in, snapshot
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -71,18 +71,32 @@ def _start_hanging_lock(out: Path, env: dict[str, str], index: str) -> tuple[sub
     proc = subprocess.Popen([sys.executable, "-m", "envbuilder", *OFFLINE_LOCK_ARGS, "--glibc", "2.36", "-o",
                              str(out)], env=hang, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=REPO)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 90
+    seen: set[int] = set()
     while time.monotonic() < deadline:
-        kids = children_of(proc.pid)
-        staging = [p for p in out.parent.iterdir() if ".staging." in p.name]
-        if kids and staging:
-            time.sleep(0.5)  # let uv reach the index
-            return proc, kids[0]
+        # the uv that hangs: a child working in a staging directory, still there on a second look
+        # (an offline first attempt exits at once)
+        kids = [k for k in children_of(proc.pid)
+                if any(k in processes_in(p) for p in out.parent.iterdir() if ".staging." in p.name)]
+        stable = [k for k in kids if k in seen]
+        if stable:
+            return proc, stable[0]
+        seen.update(kids)
         if proc.poll() is not None:
             pytest.fail(f"lock ended early: {proc.stderr.read() if proc.stderr else ''}")
-        time.sleep(0.1)
+        time.sleep(0.5)
     proc.kill()
     pytest.fail("uv lock never started")
+
+
+def _nothing_left_in_staging(parent: Path) -> bool:
+    """No process (orphan or not) still works in any staging directory beside the output."""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        if not any(processes_in(p) for p in parent.iterdir() if ".staging." in p.name):
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def _gone_within(pid: int, seconds: float) -> bool:
@@ -119,6 +133,7 @@ def test_sigkill_leaves_no_orphan_and_the_next_run_cleans_staging(lockdir: tuple
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=10)
     assert _gone_within(uv_pid, 5), "PR_SET_PDEATHSIG did not take the uv child down with envbuilder"
+    assert _nothing_left_in_staging(out.parent), "an orphan still works in the abandoned staging directory"
     stale = [p for p in out.parent.iterdir() if ".staging." in p.name]
     assert stale, "SIGKILL cannot run cleanup: the staging directory is still there"
     assert snapshot(out) == before  # killed before the swap: the previous lock is untouched
