@@ -182,3 +182,19 @@ def test_host_torch_lock_bundle_build_install(smoke_wheelhouse: tuple[Path, dict
                 env=_offline_env())
     assert proc.returncode in (63, 69), proc.stderr
     assert (venv / "bin" / "python").exists()
+
+
+def test_build_installs_stage2_from_the_wheelhouse(smoke_lockdir: Path, smoke_wheelhouse: tuple[Path, dict],
+                                                   debian_base_image: str) -> None:
+    """`build --wheelhouse`: stage 2 is the wheelhouse's ABI-named wheel, not a compile; the runtime
+    image carries the venv only (stage 1 comes from BuildKit's cache of the smoke image)."""
+    wh, made = smoke_wheelhouse
+    tag = "envbuilder-test/smoke:wheelhouse"
+    proc = _cli(["build", str(smoke_lockdir), "--tag", tag, "--base", debian_base_image, "--no-scan",
+                 "--wheelhouse", str(wh)], timeout=3600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = subprocess.run(["docker", "run", "--rm", tag, "/opt/venv/bin/python", "-c",
+                          "import importlib.metadata as m, os; print(m.version('causal-conv1d'), "
+                          "os.path.exists('/opt/envbuilder/wheelhouse'))"],
+                         capture_output=True, text=True, timeout=600)
+    assert out.stdout.split() == [made["packages"][0]["version"] + "+cputorch2.13cxx11abiTRUE", "False"], out.stderr

@@ -95,12 +95,14 @@ class BuildDisplay:
 @click.option("--no-scan", is_flag=True, help="Skip the scan of the image's layers for secret values.")
 @click.option("--log", "log_file", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Also write BuildKit's full plain progress log to this file.")
+@click.option("--wheelhouse", type=click.Path(path_type=Path, exists=True, file_okay=False), default=None,
+              help="Install stage 2 from this `envbuilder wheels` output (made for this lock) instead of compiling.")
 @json_option("Print the build report as JSON on stdout.")
 @timings_option
 def build(lock: Path, tag: str | None, base: str | None, mode: str | None, arch_list: str | None,
           jobs: int | None, target: str, python: str | None, ca_bundle: Path | None, no_ca_bundle: bool,
           secrets: tuple[str, ...], no_cache: bool, no_pull: bool, no_scan: bool, log_file: Path | None,
-          as_json: bool, timings: bool) -> None:
+          wheelhouse: Path | None, as_json: bool, timings: bool) -> None:
     """Build LOCKDIR (made by `envbuilder lock`) into an image with the Docker engine (BuildKit)."""
     from envbuilder.image.pipeline import BuildOptions, build_image
     from envbuilder.image.secrets import default_ca_bundle, parse_secret
@@ -112,7 +114,7 @@ def build(lock: Path, tag: str | None, base: str | None, mode: str | None, arch_
     bundle = None if no_ca_bundle else (ca_bundle or default_ca_bundle())
     opts = BuildOptions(lockdir=lock, tag=tag, base=base, mode=mode, arch_list=arch_list, jobs=jobs,
                         target=target, python=python, ca_bundle=bundle, secrets=specs, no_cache=no_cache,
-                        pull=not no_pull, scan=not no_scan, log_file=log_file)
+                        pull=not no_pull, scan=not no_scan, log_file=log_file, wheelhouse=wheelhouse)
     with BuildDisplay(console) as show:
         result = build_image(opts, show)
     if as_json:

@@ -31,9 +31,12 @@ def _copy(src: Path, dst: Path, mtime: int, mode: int = 0o644) -> None:
     os.utime(dst, (mtime, mtime))
 
 
-def assemble(ctx: Path, lock: LockDir, dockerfile: str, uv: Path) -> list[str]:
+def assemble(ctx: Path, lock: LockDir, dockerfile: str, uv: Path, wheelhouse: list[Path] | None = None
+             ) -> list[str]:
     """Fill `ctx` (an empty directory); returns the context's files, relative and sorted."""
     mtime = lock.source_date_epoch
+    for whl in wheelhouse or []:
+        _copy(whl, ctx / "wheelhouse" / whl.name, mtime)
     for rel in lock.files():
         src = lock.path / rel
         if not src.is_file():

@@ -29,6 +29,7 @@ from envbuilder.image.render import (
     render_dockerfile,
 )
 from envbuilder.image.secrets import SecretSpec, check_ca_bundle, proxy_settings, secret_files
+from envbuilder.kernels import wheelhouse_for_lock
 from envbuilder.paths import REPO_ROOT
 from envbuilder.troubleshoot import troubleshoot
 from envbuilder.uvbin import uv_binary, uv_version
@@ -53,6 +54,7 @@ class BuildOptions:
     pull: bool = True
     scan: bool = True
     log_file: Path | None = None
+    wheelhouse: Path | None = None  # stage 2 from `envbuilder wheels` output instead of compiling
 
 
 def default_tag(lock: LockDir, target: str) -> str:
@@ -259,6 +261,12 @@ def build_image(opts: BuildOptions, progress: BuildProgress = _no_progress) -> B
     progress(BuildEvent("message", f"build {lock.row} ({mode}) -> {tag}  target={opts.target}  base={bases.builder}"
                                    f"  python={want_py} ({python_from})  jobs={jobs}  arch={arch_list or '-'}"))
 
+    wheels: list[Path] = []
+    prebuilt: list[str] = []
+    if opts.wheelhouse is not None:
+        wheels, prebuilt = wheelhouse_for_lock(opts.wheelhouse, lock.lock_sha256, lock.record.target.torch)
+        progress(BuildEvent("message", f"stage 2 from the wheelhouse {opts.wheelhouse}: "
+                                       f"{', '.join(prebuilt) or 'nothing'}"))
     log = BuildLog()
     with tempfile.TemporaryDirectory(prefix="envbuilder-ctx-") as tmp, \
             secret_files(ca_bundle, opts.secrets, proxy_secrets) as (secret_argv, secret_ids):
@@ -266,8 +274,9 @@ def build_image(opts: BuildOptions, progress: BuildProgress = _no_progress) -> B
         dockerfile = render_dockerfile(RenderValues(
             mode=mode, builder_base=bases.builder, runtime_base=bases.runtime, python=want_py,
             python_from=python_from, arch_list=arch_list, jobs=jobs, secret_ids=tuple(secret_ids),
-            stage1_skip=tuple(sorted(lock.record.stage1_deferred))))
-        files = assemble(ctx, lock, dockerfile, uv)
+            stage1_skip=tuple(sorted(lock.record.stage1_deferred)),
+            wheelhouse=bool(wheels), stage2_packages=tuple(prebuilt)))
+        files = assemble(ctx, lock, dockerfile, uv, wheels)
         iidfile = ctx / ".iid"
         argv = [cli, "build", "--progress=plain", "--target", opts.target, "-t", tag, "--iidfile", str(iidfile),
                 *secret_argv]

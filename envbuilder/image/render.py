@@ -45,6 +45,9 @@ class RenderValues:
     tools_src: str = "tools/envbuilder"
     lockdir_arg: str | None = None       # top-level Dockerfile: ARG LOCKDIR default
     stage1_skip: tuple[str, ...] = ()    # the record's stage1_deferred: stage-2 sdists stage 1 depends on
+    wheelhouse: bool = False             # stage 2 from prebuilt wheels (envbuilder wheels) in wheelhouse_src/
+    wheelhouse_src: str = "wheelhouse"
+    stage2_packages: tuple[str, ...] = ()  # with wheelhouse: installed from it, not compiled
     extra: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -110,7 +113,9 @@ def render_dockerfile(values: RenderValues, tdir: Path | None = None) -> str:
         python=values.python, python_from=values.python_from, arch_list=values.arch_list or '""',
         nvte_archs=values.nvte_archs or '""', jobs=values.jobs, secret_ids=sorted(values.secret_ids),
         lock_src=values.lock_src, record_src=values.record_src, uv_src=values.uv_src, tools_src=values.tools_src,
-        lockdir_arg=values.lockdir_arg, stage1_skip=list(values.stage1_skip), label=IMAGE_LABELS, **values.extra,
+        lockdir_arg=values.lockdir_arg, stage1_skip=list(values.stage1_skip), label=IMAGE_LABELS,
+        wheelhouse=values.wheelhouse, wheelhouse_src=values.wheelhouse_src,
+        stage2_packages=list(values.stage2_packages), **values.extra,
     )
     return "\n".join(line.rstrip() for line in text.splitlines()) + "\n"
 

@@ -175,6 +175,31 @@ def _fact_str(matrix: Matrix | None, package: str, key: str) -> str | None:
     return str(fact.value) if fact is not None and fact.known else None
 
 
+def wheelhouse_for_lock(path: Path, lock_sha256: str, torch: str | None) -> tuple[list[Path], list[str]]:
+    """The wheels of a wheelhouse made for this lock (hash-checked) and the packages they cover.
+
+    A wheelhouse of another lock, or one compiled against another torch, is refused: its wheels
+    would import with `undefined symbol` errors.
+    """
+    from envbuilder.kernels.files import verify
+
+    rec = read_wheelhouse(path)
+    if rec.get("lock_sha256") != lock_sha256:
+        raise InvalidOptionError(f"--wheelhouse {path} was built for lock {str(rec.get('lock_sha256'))[:12]}, "
+                                 f"not {lock_sha256[:12]}", "rebuild it: envbuilder wheels LOCKDIR -o DIR")
+    built_torch = str((rec.get("torch") or {}).get("version") or "")
+    if torch and built_torch.split("+", 1)[0] != torch.split("+", 1)[0]:
+        raise InvalidOptionError(f"--wheelhouse {path} was compiled against torch {built_torch}, the lock installs "
+                                 f"torch {torch}", "rebuild it with --torch-from venv")
+    wheels, names = [], []
+    for pkg in rec.get("packages", []):
+        whl = Path(path) / pkg["wheel"]
+        verify(whl, pkg["sha256"], f"wheelhouse {pkg['wheel']}")
+        wheels.append(whl)
+        names.append(pkg["name"])
+    return wheels, sorted(names)
+
+
 def _sdist_for(name: str, files: LockedFiles, opts: WheelsOptions, cache: Path, progress: Progress) -> tuple[Path, str]:
     if files.sdist is None:
         raise LockDirError(f"{name} {files.version}: the lock names no sdist for it (source {files.source})",
