@@ -67,7 +67,8 @@ def main() -> None:
     res["wheels"] = {
         "cold_wall_s": round(t_cold, 1), "warm_wall_s": round(t_warm, 1),
         "packages": [{"name": c["name"], "miss_s": c["timings"]["seconds"],
-                      "compile_s": c["timings"]["compile_seconds"], "peak_rss_mb": c["timings"]["peak_rss_mb"], "hit_s": w["timings"]["seconds"],
+                      "compile_s": c["timings"]["compile_seconds"], "peak_rss_mb": c["timings"]["peak_rss_mb"],
+                      "hit_s": w["timings"]["seconds"],
                       "cache_hit_again": w["cache"] == "hit"}
                      for c, w in zip(cold["packages"], warm["packages"], strict=True)],
     }
