@@ -165,8 +165,9 @@ def test_host_torch_lock_bundle_build_install(smoke_wheelhouse: tuple[Path, dict
     proc = _cli(install, env=_offline_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     wh = tmp_path / "wh"
-    proc = _cli(["wheels", str(lockdir), "-o", str(wh), "--torch-from", "host", "--interpreter",
-                 str(venv / "bin" / "python"), "--sdists", str(bundle / "files"), "--cache-dir",
+    # install kept the lock and the stage-2 sdists in the venv: the target needs nothing else
+    proc = _cli(["wheels", str(venv / "envbuilder-lock"), "-o", str(wh), "--torch-from", "host", "--interpreter",
+                 str(venv / "bin" / "python"), "--sdists", str(venv / "envbuilder-sdists"), "--cache-dir",
                  str(tmp_path / "fresh-cache"), "--json"], env=_offline_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout)["packages"][0]["cache"] == "miss"

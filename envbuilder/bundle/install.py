@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from packaging.utils import canonicalize_name
+
 from envbuilder.atomic import guard_output_dir, promote_dir, staging_dir, write_atomic
 from envbuilder.bundle.parts import PARTS_INDEX, extract_parts, read_index, verify_parts
 from envbuilder.bundle.pipeline import MANIFEST
@@ -35,6 +37,7 @@ from envbuilder.lock.uvrun import uv_binary, uv_env
 
 Progress = Callable[[str], None]
 INSTALL_RECORD = "envbuilder-install.json"
+SDISTS_DIR = "envbuilder-sdists"
 # every route to a network: install must never need one, and a test proves it by blocking them
 OFFLINE_ENV = {"UV_OFFLINE": "1", "UV_NO_INDEX": "1", "UV_PYTHON_DOWNLOADS": "never"}
 
@@ -154,10 +157,14 @@ def run_install(opts: InstallOptions, progress: Progress = lambda _: None) -> In
         progress("verifying every file's sha256")
         manifest = verify_tree(tree)
         timings["verify"] = time.monotonic() - t
-        stage2 = list(manifest.get("stage2_packages", []))
+        # the stage-2 packages built from sdists (by `envbuilder wheels`); those the bundle carries
+        # as index wheels (transformer-engine-cuXX) install like everything else
+        wheeled = {canonicalize_name(p["name"]) for p in manifest.get("packages", []) if p.get("kind") == "wheel"}
+        stage2 = [n for n in manifest.get("stage2_packages", []) if canonicalize_name(n) not in wheeled]
         python = opts.python or str(manifest["python"])
         env = {**uv_env(None), **OFFLINE_ENV}
-        reqs = export_requirements(tree / "lock", ["compile"] if stage2 else [], no_emit=stage2)
+        reqs = export_requirements(tree / "lock", ["compile"] if manifest.get("stage2_packages") else [],
+                                   no_emit=stage2)
         wh = opts.wheelhouse or (tree / "wheelhouse" if (tree / "wheelhouse" / "wheelhouse.json").is_file() else None)
         extra_lines: list[str] = []
         missing = list(stage2)
@@ -192,6 +199,12 @@ def run_install(opts: InstallOptions, progress: Progress = lambda _: None) -> In
                 "system_site_packages": opts.system_site_packages, "stage2_installed": installed,
                 "stage2_missing": missing}, indent=2, sort_keys=True) + "\n")
             shutil.copytree(tree / "lock", staging / "v" / "envbuilder-lock")
+            # the stage-2 sdists stay beside the venv, so `envbuilder wheels --sdists` can build them
+            # against this interpreter's torch later (a split bundle is unpacked only for the install)
+            for p in manifest.get("packages", []):
+                if p.get("kind") == "sdist" and canonicalize_name(p["name"]) in {canonicalize_name(n) for n in stage2}:
+                    (staging / "v" / SDISTS_DIR).mkdir(exist_ok=True)
+                    shutil.copy2(tree / "files" / p["file"], staging / "v" / SDISTS_DIR / p["file"])
             promote_dir(staging / "v", venv)
     if missing:
         progress(f"warning: stage-2 packages not installed (no wheel for them): {', '.join(missing)}; build them "

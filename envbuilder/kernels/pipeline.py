@@ -218,7 +218,7 @@ def _sdist_for(name: str, files: LockedFiles, opts: WheelsOptions, cache: Path, 
 
 
 def _choose_torch(opts: WheelsOptions, lockdir: Path, record: dict[str, Any], cache: Path,
-                  progress: Progress) -> TorchFacts:
+                  progress: Progress, to_build: list[str]) -> TorchFacts:
     host_locked = bool((record.get("host") or {}).get("torch"))
     if opts.torch_from == "host":
         if opts.interpreter is None:
@@ -233,7 +233,7 @@ def _choose_torch(opts: WheelsOptions, lockdir: Path, record: dict[str, Any], ca
     if opts.torch_from != "venv":
         raise InvalidOptionError(f"--torch-from {opts.torch_from}: unknown", "use venv or host")
     venv = cache / "venvs" / f"{record['lock_sha256'][:16]}-py{record['target']['python']}"
-    python = sync_stage1_venv(lockdir, record, venv, progress, opts.ca_bundle)
+    python = sync_stage1_venv(lockdir, record, venv, progress, opts.ca_bundle, skip=to_build)
     return probe_interpreter(python)
 
 
@@ -369,7 +369,7 @@ def run_wheels(opts: WheelsOptions, matrix: Matrix | None, progress: Progress = 
             progress(f"{name} {files.version}: a wheel on the index, nothing to build")
             continue
         to_build.append((name, files))
-    facts = _choose_torch(opts, lockdir, record, cache, progress)
+    facts = _choose_torch(opts, lockdir, record, cache, progress, [n for n, _ in to_build])
     progress(f"building against {facts.interpreter}: torch {facts.torch}, CUDA {facts.cuda or 'none'}, "
              f"cxx11abi {facts.cxx11abi}, Python {facts.python}; arch list {archs.torch}")
     if to_build:

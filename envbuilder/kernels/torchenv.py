@@ -56,15 +56,19 @@ def require_build_modules(facts: TorchFacts, packages: list[str]) -> None:
 
 
 def sync_stage1_venv(lockdir: Path, record: dict[str, Any], venv: Path, progress: Progress,
-                     ca_bundle: Path | None = None) -> Path:
-    """A venv holding the lock's stage 1 and the stage-2 packages' dependencies, not the stage-2 packages.
+                     ca_bundle: Path | None = None, skip: list[str] | None = None) -> Path:
+    """A venv holding the lock's stage 1 and stage 2, except the packages `skip` names (those to build).
+
+    Stage-2 packages that are wheels on the index stay in (transformer-engine-torch's build links
+    against the transformer-engine-cuXX core wheel).
 
     Reused when its marker names the same lock_sha256. Returns the venv's python.
     """
     venv = venv.absolute()  # uv reads UV_PROJECT_ENVIRONMENT relative to the project
     marker = venv / "envbuilder-venv.json"
     python = venv / "bin" / "python"
-    want = {"lock_sha256": record["lock_sha256"], "python": record["target"]["python"]}
+    skip = sorted(record.get("stage2_packages", []) if skip is None else skip)
+    want = {"lock_sha256": record["lock_sha256"], "python": record["target"]["python"], "skip": skip}
     if marker.is_file() and python.exists():
         try:
             if json.loads(marker.read_text()) == want:
@@ -82,10 +86,9 @@ def sync_stage1_venv(lockdir: Path, record: dict[str, Any], venv: Path, progress
         shutil.copy2(lockdir / name, project / name)
     if (lockdir / "wheels").is_dir():
         shutil.copytree(lockdir / "wheels", project / "wheels")
-    stage2 = list(record.get("stage2_packages", []))
     cmd = [uv_binary(), "sync", "--frozen", "--no-install-project", "--python", str(record["target"]["python"])]
-    cmd += ["--extra", "compile"] if stage2 else []
-    for name in stage2:
+    cmd += ["--extra", "compile"] if record.get("stage2_packages") else []
+    for name in skip:
         cmd += ["--no-install-package", name]
     env = uv_env(ca_bundle)
     env["UV_PROJECT_ENVIRONMENT"] = str(venv)
