@@ -86,16 +86,18 @@ def test_gate_threshold() -> None:
 def test_site_from_bench_results_is_deterministic(tmp_path: Path) -> None:
     a = build_report(ReportOptions([BENCH], tmp_path / "a"))
     build_report(ReportOptions([BENCH], tmp_path / "b"))
-    assert [r["label"] for r in a.rows] == [
-        "device-cuda-image · L1 · 1 × NVIDIA H100 80GB HBM3", "device-cuda-image · L2 · 2 × NVIDIA H200",
-        "device-cuda-image · L2 · 4 × NVIDIA H200"]
+    labels = [r["label"] for r in a.rows]
+    assert labels == sorted(labels) and len(set(labels)) == len(labels) == len(list(BENCH.glob("*/certificate.json")))
+    assert {"device-cuda-image · L1 · 1 × NVIDIA H100 80GB HBM3", "device-cuda-image · L2 · 2 × NVIDIA H200",
+            "device-cuda-image · L2 · 4 × NVIDIA H200"} <= set(labels)
     for rel in ("index.html", "style.css", f"rows/{a.rows[0]['slug']}/index.html"):
         assert (tmp_path / "a" / rel).read_bytes() == (tmp_path / "b" / rel).read_bytes()
-    page = (tmp_path / "a" / "rows" / a.rows[1]["slug"] / "index.html").read_text()
+    h200x2 = next(r for r in a.rows if r["label"] == "device-cuda-image · L2 · 2 × NVIDIA H200")
+    page = (tmp_path / "a" / "rows" / h200x2["slug"] / "index.html").read_text()
     assert page.count("<svg") == 3 and "parallel:tp2-sp" in page  # three loss curves on the H200 x2 page
     assert "<script" not in (tmp_path / "a" / "index.html").read_text()
     hist = json.loads((tmp_path / "a" / "history.json").read_text())
-    assert len(hist["entries"]) == 3
+    assert len(hist["entries"]) == len(labels)
 
 
 def test_regression_against_previous_night_same_gpu(tmp_path: Path) -> None:
