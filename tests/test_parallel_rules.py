@@ -227,7 +227,7 @@ def test_recipes_cite_nemo_or_hf_and_cover_the_issue_list() -> None:
     recipes = load_recipes()
     assert {"llama3_8b", "llama3_70b", "qwen25_7b", "mixtral_8x7b", "nemotron4_15b", "gpt3_5b"} <= set(recipes)
     for r in recipes.values():
-        assert r.source.startswith("NVIDIA/NeMo:")
+        assert r.source.startswith(("NVIDIA/NeMo:", "NVIDIA-NeMo/Megatron-Bridge:"))
         for src in r.sources.values():
             assert "@" in src or src.startswith("https://") or src == "dense model", src
 
