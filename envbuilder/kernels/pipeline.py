@@ -233,8 +233,7 @@ def _choose_torch(opts: WheelsOptions, lockdir: Path, record: dict[str, Any], ca
     if opts.torch_from != "venv":
         raise InvalidOptionError(f"--torch-from {opts.torch_from}: unknown", "use venv or host")
     venv = cache / "venvs" / f"{record['lock_sha256'][:16]}-py{record['target']['python']}"
-    python = sync_stage1_venv(lockdir, record, venv, progress, opts.ca_bundle, skip=to_build)
-    return probe_interpreter(python)
+    return sync_stage1_venv(lockdir, record, venv, progress, opts.ca_bundle, skip=to_build)
 
 
 def _build_env(record: dict[str, Any], opts: WheelsOptions, facts: TorchFacts, knob_env: dict[str, str],

@@ -56,13 +56,15 @@ def require_build_modules(facts: TorchFacts, packages: list[str]) -> None:
 
 
 def sync_stage1_venv(lockdir: Path, record: dict[str, Any], venv: Path, progress: Progress,
-                     ca_bundle: Path | None = None, skip: list[str] | None = None) -> Path:
+                     ca_bundle: Path | None = None, skip: list[str] | None = None) -> TorchFacts:
     """A venv holding the lock's stage 1 and stage 2, except the packages `skip` names (those to build).
 
     Stage-2 packages that are wheels on the index stay in (transformer-engine-torch's build links
     against the transformer-engine-cuXX core wheel).
 
-    Reused when its marker names the same lock_sha256. Returns the venv's python.
+    Reused when its marker names the same lock and skip list; the marker also keeps the probe of
+    its torch (importing torch takes seconds, and nothing changes a venv only envbuilder writes),
+    so a cache-hit run does not pay for it. Returns the venv interpreter's facts.
     """
     venv = venv.absolute()  # uv reads UV_PROJECT_ENVIRONMENT relative to the project
     marker = venv / "envbuilder-venv.json"
@@ -71,10 +73,13 @@ def sync_stage1_venv(lockdir: Path, record: dict[str, Any], venv: Path, progress
     want = {"lock_sha256": record["lock_sha256"], "python": record["target"]["python"], "skip": skip}
     if marker.is_file() and python.exists():
         try:
-            if json.loads(marker.read_text()) == want:
+            seen = json.loads(marker.read_text())
+            if {k: seen.get(k) for k in want} == want and isinstance(seen.get("probe"), dict):
                 progress(f"build venv {venv} is up to date (lock {record['lock_sha256'][:12]})")
-                return python
-        except json.JSONDecodeError:
+                p = seen["probe"]
+                return HostTorch(str(python), p["python"], p["py_tag"], p["torch"], p["cuda"], bool(p["cxx11abi"]),
+                                 tuple(p["present"]), tuple((str(k), bool(v)) for k, v in p["build_modules"]))
+        except (json.JSONDecodeError, KeyError, TypeError):
             pass
     if venv.exists():
         shutil.rmtree(venv)
@@ -98,5 +103,8 @@ def sync_stage1_venv(lockdir: Path, record: dict[str, Any], venv: Path, progress
         raise UvError(f"uv sync of the build venv failed: {proc.stderr.strip().splitlines()[-1:]}",
                       "check network access (stage 1 downloads torch), or use --torch-from host --interpreter PY",
                       log_tail=proc.stderr.strip().splitlines()[-20:])
-    write_atomic(marker, json.dumps(want, sort_keys=True) + "\n")
-    return python
+    facts = probe_torch(python)
+    probe = {"python": facts.python, "py_tag": facts.py_tag, "torch": facts.torch, "cuda": facts.cuda,
+             "cxx11abi": facts.cxx11abi, "present": list(facts.present), "build_modules": list(facts.build_modules)}
+    write_atomic(marker, json.dumps({**want, "probe": probe}, sort_keys=True) + "\n")
+    return facts
