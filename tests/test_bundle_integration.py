@@ -199,3 +199,43 @@ def test_build_installs_stage2_from_the_wheelhouse(smoke_lockdir: Path, smoke_wh
                           "os.path.exists('/opt/envbuilder/wheelhouse'))"],
                          capture_output=True, text=True, timeout=600)
     assert out.stdout.split() == [made["packages"][0]["version"] + "+cputorch2.13cxx11abiTRUE", "False"], out.stderr
+
+
+def _procs_mentioning(text: str) -> list[str]:
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cwd = os.readlink(d / "cwd")
+        except OSError:
+            continue
+        if text in cmd or text in cwd:
+            found.append(f"{d.name}: {cmd[:120]}")
+    return found
+
+
+def test_wheels_interrupted_mid_compile_leaves_nothing_running(smoke_lockdir: Path, smoke_wheelhouse: tuple,
+                                                                kernel_cache: Path, tmp_path: Path) -> None:
+    """SIGTERM while setup.py compiles: the build's process group is stopped, -o is not created,
+    and the cache gets no entry (only the kept build directory with its log)."""
+    import signal
+    import time
+
+    cache = tmp_path / "cache"
+    shutil.copytree(kernel_cache / "venvs", cache / "venvs", symlinks=True)  # the stage-1 venv, not the wheel
+    out = tmp_path / "wh"
+    proc = subprocess.Popen([sys.executable, "-m", "envbuilder", "wheels", str(smoke_lockdir), "-o", str(out),
+                             "--cache-dir", str(cache)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and not list((cache / "build").glob("*/causal-conv1d.build.log")):
+        time.sleep(0.2)
+    assert list((cache / "build").glob("*/causal-conv1d.build.log")), "the build never started"
+    time.sleep(2)  # setup.py is running
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err.decode()[-2000:]
+    time.sleep(1)
+    assert _procs_mentioning(str(cache / "build")) == []
+    assert not out.exists() and not list((cache / "wheels").glob("*/entry.json"))

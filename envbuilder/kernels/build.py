@@ -7,9 +7,7 @@ RSS of the largest process of the build (one nvcc, typically), which is what siz
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import sys
 import time
 from collections.abc import Callable
@@ -21,6 +19,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+from envbuilder import procs
 from envbuilder.errors import KernelBuildError
 
 Progress = Callable[[str], None]
@@ -57,21 +56,6 @@ def build_backend(src: Path) -> tuple[str, list[str]]:
     return "setuptools.build_meta:__legacy__", []
 
 
-def _stop(pid: int) -> None:
-    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, sig)
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            try:
-                done, _status = os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if done:
-                return
-            time.sleep(0.1)
-
-
 def run_build(python: str, src: Path, out_dir: Path, env: dict[str, str], package: str,
               progress: Progress, heartbeat: float = 15.0) -> BuildRun:
     """Build src into a wheel in out_dir; KernelBuildError with the log tail when it fails."""
@@ -82,8 +66,9 @@ def run_build(python: str, src: Path, out_dir: Path, env: dict[str, str], packag
     log = out_dir.parent / f"{package}.build.log"
     t0 = time.monotonic()
     with open(log, "w", encoding="utf-8") as fh:
-        proc = subprocess.Popen([python, "-c", _RUNNER, backend, os.pathsep.join(paths), str(out_dir)],
-                                cwd=src, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+        # own process group, killed with this process (procs.popen): an interrupt stops nvcc and ninja too
+        proc = procs.popen([python, "-c", _RUNNER, backend, os.pathsep.join(paths), str(out_dir)],
+                           cwd=src, env=env, stdout=fh, stderr=subprocess.STDOUT)
         try:
             next_beat = t0 + heartbeat
             while True:
@@ -95,7 +80,7 @@ def run_build(python: str, src: Path, out_dir: Path, env: dict[str, str], packag
                     next_beat += heartbeat
                 time.sleep(0.2)
         except BaseException:
-            _stop(proc.pid)
+            procs.kill_group(proc)
             raise
     proc.returncode = os.waitstatus_to_exitcode(status)
     seconds = time.monotonic() - t0
