@@ -123,3 +123,12 @@ def test_pypi_mamba_ssm_220_and_causal_conv1d_1221_have_no_cuda_sources(tmp_path
             assert contents.cuda_sources == ()
             with pytest.raises(NoCudaSourcesError):
                 require_cuda_sources(name, version, contents)
+
+
+def test_offline_check_warns_instead_of_passing_silently(tmp_path: Path) -> None:
+    pkg = LockedPackage("mamba-ssm", "2.2.0", {"registry": "x"}, (), True,
+                        sdist_url=(tmp_path / "missing.tar.gz").as_uri(), sdist_sha256="0" * 64)
+    said: list[str] = []
+    out = check_kernel_sources(_res_with_stage2("mamba-ssm", "2.2.0"), [pkg], progress=said.append,  # type: ignore[arg-type]
+                               fetch=lambda u, s, c: fetch_sdist(u, s, c, cache=tmp_path / "c"))
+    assert out == [] and any("not checked for CUDA sources" in m for m in said)

@@ -55,9 +55,15 @@ def check_kernel_sources(res: Resolution, locked: list[LockedPackage], ca_bundle
         progress(f"checking {pin.name} {pkg.version} sdist for CUDA sources")
         try:
             path = fetch(pkg.sdist_url, pkg.sdist_sha256, ca_bundle)
-        except (OSError, ValueError) as exc:
+        except ValueError as exc:  # the bytes are not the ones uv locked
             raise SdistFetchError(f"cannot read {pin.name} {pkg.version}'s sdist ({pkg.sdist_url}): {exc}",
-                                  "check network access to the index (or --ca-bundle), then lock again") from exc
+                                  "clear ~/.cache/envbuilder/sdists and lock again; if it persists, the index "
+                                  "serves other bytes than it did") from exc
+        except OSError as exc:
+            # offline (lock resolved from uv's cache): say the check did not run, never pass silently
+            progress(f"warning: {pin.name} {pkg.version}: sdist not checked for CUDA sources "
+                     f"(cannot download {pkg.sdist_url}: {exc}); lock again online to check it")
+            continue
         contents = read_sdist(path)
         require_cuda_sources(pin.name, pkg.version, contents)
         checked.append(KernelSourceCheck(pin.name, pkg.version, contents))
@@ -95,9 +101,13 @@ def derive_uncovered(matrix: Matrix, res: Resolution, ca_bundle: Path | None = N
             continue
         try:
             info = derive_requires(pin.name, pin.version, ca_bundle)
-        except (OSError, ValueError) as exc:
+        except ValueError as exc:
             raise SdistFetchError(f"cannot read {pin.name} {pin.version}'s sdist metadata: {exc}",
-                                  "check network access to the index (or --ca-bundle), then lock again") from exc
+                                  "clear ~/.cache/envbuilder/sdists and lock again") from exc
+        except OSError as exc:
+            progress(f"warning: {pin.name} {pin.version}: PKG-INFO not read ({exc}); "
+                     "using the table's generic requires_dist")
+            continue
         if info.requires_dist is None:
             progress(f"{pin.name} {pin.version}: {info.note}; using the table's generic requires_dist")
             continue

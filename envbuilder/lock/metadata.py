@@ -22,7 +22,8 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
-from envbuilder.lock.sdist import SdistContents, fetch_sdist, read_sdist
+from envbuilder.atomic import write_atomic
+from envbuilder.lock.sdist import SdistContents, cache_dir, fetch_sdist, read_sdist
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,23 @@ def compare(table: list[str], pkg_info: tuple[str, ...]) -> list[str]:
 
 
 def sdist_of(package: str, version: str, ca_bundle: Path | None = None) -> tuple[str, str | None] | None:
-    """(url, sha256) of the version's sdist on PyPI, from the project's JSON; None when it has none."""
+    """(url, sha256) of the version's sdist on PyPI, from the project's JSON; None when it has none.
+
+    Remembered on disk once found, so a later lock without network renders the same record."""
+    memo = cache_dir() / "index" / f"{package}=={version}.json"
+    try:
+        known = json.loads(memo.read_text(encoding="utf-8"))
+        return str(known["url"]), known.get("sha256")
+    except (OSError, ValueError, KeyError):
+        pass
+    found = _sdist_from_index(package, version, ca_bundle)
+    if found is not None and found[1]:
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(memo, json.dumps({"url": found[0], "sha256": found[1]}, sort_keys=True))
+    return found
+
+
+def _sdist_from_index(package: str, version: str, ca_bundle: Path | None) -> tuple[str, str | None] | None:
     url = f"https://pypi.org/pypi/{package}/json"
     cafile = str(ca_bundle) if ca_bundle else os.environ.get("SSL_CERT_FILE")
     ctx = ssl.create_default_context(cafile=cafile if cafile and Path(cafile).exists() else None)
