@@ -131,10 +131,8 @@ def test_hardcoded_gencodes_patched_on_the_real_sdist(name: str, tmp_path: Path)
         patch_sdist_tree(src, ArchList.parse("9.0"))
 
 
-def test_sdist_without_cuda_sources_is_an_error(tmp_path: Path) -> None:
-    src = unpack_sdist(_sdist("mamba-ssm-2.2.0"), tmp_path / "old")
+def test_sdist_without_cuda_sources_is_an_error() -> None:
     with pytest.raises(NoCudaSourcesError) as exc:
-        check_cuda_sources("mamba-ssm", "2.2.0", src, "mamba_ssm-2.2.0.tar.gz")
+        check_cuda_sources("mamba-ssm", "2.2.0", _sdist("mamba-ssm-2.2.0"))
     assert exc.value.exit_code == 62 and "--set mamba-ssm==" in (exc.value.fix or "")
-    good = unpack_sdist(_sdist("mamba-ssm-2.3.2.post1"), tmp_path / "new")
-    assert check_cuda_sources("mamba-ssm", "2.3.2.post1", good, "mamba_ssm-2.3.2.post1.tar.gz") == 13
+    assert check_cuda_sources("mamba-ssm", "2.3.2.post1", _sdist("mamba-ssm-2.3.2.post1")) >= 13  # 13 .cu

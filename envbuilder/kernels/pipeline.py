@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from envbuilder.atomic import guard_output_dir, promote_dir, staging_dir, write_atomic
-from envbuilder.errors import InvalidOptionError, LockDirError, NoCudaSourcesError
+from envbuilder.errors import InvalidOptionError, LockDirError
 from envbuilder.kernels import cache as wcache
 from envbuilder.kernels.archs import ArchList, ObjectArchs, check_archs, find_cuobjdump, object_archs
 from envbuilder.kernels.build import run_build
@@ -37,15 +37,14 @@ from envbuilder.kernels.torchenv import (
     sync_stage1_venv,
 )
 from envbuilder.kernels.wheelfile import add_local_version, local_tag
+from envbuilder.lock.kernel_sources import require_cuda_sources
 from envbuilder.lock.record import read_record
+from envbuilder.lock.sdist import read_sdist
 from envbuilder.matrix.model import Matrix
 
 Progress = Callable[[str], None]
 WHEELHOUSE_RECORD = "wheelhouse.json"
 SCHEMA = 1
-CUDA_SOURCE_SUFFIXES = (".cu", ".cuh")
-# packages whose whole point is their CUDA kernels: an sdist without .cu files is an error
-KERNEL_PACKAGES = ("flash-attn", "mamba-ssm", "causal-conv1d")
 # A100, A10/RTX 30xx, L40/RTX 40xx, H100/H200 (the image build's default too)
 DEFAULT_ARCH_LIST = "8.0;8.6;8.9;9.0"
 
@@ -144,24 +143,16 @@ def unpack_sdist(sdist: Path, dest: Path) -> Path:
     return tops[0] if len(tops) == 1 else dest
 
 
-def _cuda_sources(src: Path) -> int:
-    return sum(1 for p in src.rglob("*") if p.is_file() and p.name.lower().endswith(CUDA_SOURCE_SUFFIXES))
+def check_cuda_sources(name: str, version: str, sdist: Path) -> int:
+    """The CUDA sources (.cu/.cuh) of an sdist; NoCudaSourcesError when it has none.
 
-
-def check_cuda_sources(name: str, version: str, src: Path, sdist_name: str) -> int:
-    """The number of CUDA sources in an unpacked sdist; NoCudaSourcesError for a kernel package with none.
-
-    PyPI's mamba-ssm 2.2.0 and causal-conv1d 1.2.2.post1 ship no csrc/*.cu: they would install and
-    import, and fail only when a model calls the missing extension. transformer-engine-torch is a C++
-    extension (its kernels are in the transformer-engine-cuXX wheel), so it may have none.
+    The same check `envbuilder lock` makes (lock/kernel_sources.py), made again on the file that is
+    about to be built: PyPI's mamba-ssm 2.2.0 and causal-conv1d 1.2.2.post1 ship no csrc/*.cu and
+    would build wheels without kernels that fail only when a model calls them.
     """
-    n = _cuda_sources(src)
-    if n == 0 and name in KERNEL_PACKAGES:
-        raise NoCudaSourcesError(
-            f"{name} {version}: its sdist ({sdist_name}) holds no CUDA sources (.cu/.cuh), so the "
-            "wheel would have no kernels and fail at the first call",
-            f"pin a release whose sdist ships csrc/*.cu: --set {name}==VERSION (see `envbuilder matrix`)")
-    return n
+    contents = read_sdist(sdist)
+    require_cuda_sources(name, version, contents)
+    return len(contents.cuda_sources)
 
 
 def _bool_env(env: dict[str, str], name: str | None) -> bool:
@@ -277,7 +268,7 @@ def build_one(name: str, files: LockedFiles, record: dict[str, Any], facts: Torc
     ok = False
     try:
         src = unpack_sdist(sdist, work / "src")
-        n_cuda = check_cuda_sources(name, files.version, src, sdist.name)
+        n_cuda = check_cuda_sources(name, files.version, sdist)
         skip_var = _fact_str(matrix, name, "skip_cuda_build_env")
         stage2_env = {str(k): str(v) for k, v in (record.get("stage2_env") or {}).items()}
         skip_cuda = _bool_env({**os.environ, **stage2_env}, skip_var)
