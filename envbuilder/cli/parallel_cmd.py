@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import click
@@ -11,53 +10,17 @@ from rich.markup import escape
 from envbuilder.choices import GRAD_DTYPES
 from envbuilder.cli.options import choice, json_option
 from envbuilder.console import emit_json, stderr_console
-from envbuilder.errors import InvalidLayoutInputError, ParallelLayoutError
+from envbuilder.errors import ParallelLayoutError
 from envbuilder.host.gpus import require_gpu
-from envbuilder.parallel import GpuTarget, Layout, ParallelReport, check_layout, find_recipe
-from envbuilder.parallel.layout import flag
+from envbuilder.parallel import GpuTarget, ParallelReport, check_layout
+from envbuilder.parallel.inputs import build_layout, gpu_target
 from envbuilder.parallel.rules import grad_accumulation
-
-# Flags whose value comes from the recipe when not given; model fields are required one way or the other.
-LAYOUT_FLAGS = (
-    "gpus_per_node", "nodes", "tp", "pp", "vpp", "cp", "ep", "etp", "sp", "num_layers", "hidden_size",
-    "num_attention_heads", "num_query_groups", "kv_channels", "ffn_hidden_size", "seq_length", "mbs", "gbs",
-    "num_experts", "vocab_size", "gated_linear_unit", "share_embeddings",
-)
-REQUIRED = ("gpus_per_node", "num_layers", "hidden_size", "num_attention_heads", "seq_length", "gbs")
-DEFAULTS: dict[str, Any] = {"nodes": 1, "tp": 1, "pp": 1, "cp": 1, "ep": 1, "mbs": 1, "sp": False,
-                            "gated_linear_unit": False, "share_embeddings": True}
-
-
-def build_layout(flags: dict[str, Any], recipe_name: str | None) -> tuple[Layout, str | None]:
-    """Flags over recipe values over defaults. Raises UnknownRecipeError / InvalidLayoutInputError."""
-    values: dict[str, Any] = dict(DEFAULTS)
-    source = None
-    if recipe_name:
-        recipe = find_recipe(recipe_name)
-        values.update(recipe.layout_values())
-        source = recipe.source
-    values.update({k: v for k, v in flags.items() if v is not None})
-    missing = [flag(k) for k in REQUIRED if values.get(k) is None]
-    if missing:
-        raise InvalidLayoutInputError(
-            f"missing {', '.join(missing)}",
-            "give them as flags, or take the model and layout from --from-nemo-recipe NAME",
-        )
-    kwargs: dict[str, Any] = {k: values[k] for k in LAYOUT_FLAGS if k in values}
-    return Layout(**kwargs), source
 
 
 def _gpu_target(gpu: str | None, memory: float | None) -> GpuTarget:
-    if memory is not None and not math.isfinite(memory):  # nan passes every comparison; inf is no memory size
-        raise InvalidLayoutInputError(f"--gpu-memory-gib {memory}: not a finite number",
-                                      "give the GPU memory in GiB, e.g. 80")
-    if memory is not None and memory <= 0:
-        raise InvalidLayoutInputError(f"--gpu-memory-gib {memory:g}: memory must be positive",
-                                      "give the GPU memory in GiB, e.g. 80")
-    if gpu is None:
-        return GpuTarget(memory_gib=memory)
-    spec = require_gpu(gpu)
-    return GpuTarget(spec.name, spec.sm, memory if memory is not None else spec.memory_gib)
+    spec = require_gpu(gpu) if gpu is not None else None
+    return gpu_target(memory, spec.name if spec else None, spec.sm if spec else None,
+                      spec.memory_gib if spec else None)
 
 
 def _print_human(report: ParallelReport, recipe_source: str | None) -> None:
