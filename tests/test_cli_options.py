@@ -105,3 +105,12 @@ def test_json_without_timings_is_stable() -> None:
     assert without_timings(report) == {"tag": "x", "steps": [{"step": "a", "status": "done"}]}
     a, b = _run("matrix", "list", "--json"), _run("matrix", "list", "--json")
     assert a.returncode == 0 and a.stdout == b.stdout
+
+
+@pytest.mark.parametrize(("path", "cmd"), _leaf_commands(), ids=[p for p, _ in _leaf_commands()])
+def test_lock_directory_readers_take_dash_dash_lock(path: str, cmd: click.Command) -> None:
+    """A positional LOCKDIR always comes with --lock LOCKDIR (the lead's spelling decision)."""
+    positional = [p for p in cmd.params if isinstance(p, click.Argument) and "LOCKDIR" in (p.metavar or p.name or "")
+                  .upper()]
+    if positional:
+        assert any(isinstance(p, click.Option) and "--lock" in p.opts for p in cmd.params), path

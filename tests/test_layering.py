@@ -229,3 +229,12 @@ print("ok", len({mods!r}))
                              'except SystemExit as e:\n    assert e.code in (0, None), e.code\nprint("ok"')],
                             capture_output=True, text=True, cwd=REPO, timeout=120)
     assert helped.returncode == 0 and "usage" in helped.stdout.lower(), helped.stderr[-3000:]
+
+
+def test_readme_pipeline_table_names_every_stage_package() -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    table = readme[readme.index("## The pipeline"):]
+    table = table[: table.index("\n## ")] if "\n## " in table else table
+    packages = sorted(p.parent.name for p in PKG.glob("*/__init__.py") if p.parent.name != "cli")
+    missing = [p for p in packages if f"`envbuilder/{p}/`" not in table]
+    assert not missing, f"README's pipeline table lacks {missing}"

@@ -7,18 +7,18 @@ from pathlib import Path
 
 import click
 
-from envbuilder.cli.options import json_option
+from envbuilder.cli.options import json_option, lock_dir_input
 from envbuilder.console import emit_json, stderr_console
 from envbuilder.errors import SbomError
 
 
 @click.command()
-@click.argument("lockdir", type=click.Path(path_type=Path, file_okay=False, exists=True))
+@lock_dir_input(positional=True, required=True, exists=True, help="Lock directory to describe (the same as LOCKDIR).")
 @click.option("--image", help="Docker image built from the lock: add its OS (dpkg) packages.")
 @click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), required=True,
               help="SBOM file to write (CycloneDX 1.5 JSON), e.g. sbom.cdx.json.")
 @json_option("Print a summary (path, sha256, component counts) as JSON.")
-def sbom(lockdir: Path, image: str | None, output: Path, as_json: bool) -> None:
+def sbom(lock: Path, image: str | None, output: Path, as_json: bool) -> None:
     """Write a CycloneDX SBOM: the lock's Python packages (uv export) plus the image's OS packages."""
     from envbuilder.image.sbom import build_sbom, write_sbom
 
@@ -28,9 +28,9 @@ def sbom(lockdir: Path, image: str | None, output: Path, as_json: bool) -> None:
                              text=True, check=False)
         if got.returncode != 0:
             raise SbomError(f"image {image} is not in the local Docker engine",
-                            f"build it first: envbuilder build {lockdir} --tag {image}")
+                            f"build it first: envbuilder build {lock} --tag {image}")
         image_id = got.stdout.strip()
-    result = write_sbom(build_sbom(lockdir, image, image_id), output)
+    result = write_sbom(build_sbom(lock, image, image_id), output)
     stderr_console().print(f"wrote {output}: {result.python_components} Python + {result.os_components} OS "
                            f"component(s)" + (f" ({result.os_note})" if result.os_note else ""))
     if as_json:
