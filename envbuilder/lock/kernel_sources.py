@@ -37,8 +37,9 @@ def require_cuda_sources(package: str, version: str, contents: SdistContents) ->
     raise NoCudaSourcesError(
         f"{package} {version}: its sdist {contents.filename} holds no CUDA sources (.cu/.cuh in "
         f"{len(contents.files)} files); built from it, {package} would install without kernels",
-        f"lock with --source git (builds from the v{version} tag), or pick a release whose sdist ships "
-        f"its kernels with --set {package}==VERSION")
+        f"lock with --source git (builds from the v{version} tag), pick a release whose sdist ships its kernels "
+        f"and predates the row's exclude_newer with --set {package}==VERSION, or leave it out with "
+        f"--set {package}==none")
 
 
 def check_kernel_sources(res: Resolution, locked: list[LockedPackage], ca_bundle: Path | None = None,
