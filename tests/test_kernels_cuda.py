@@ -136,3 +136,23 @@ def test_sdist_without_cuda_sources_is_an_error() -> None:
         check_cuda_sources("mamba-ssm", "2.2.0", _sdist("mamba-ssm-2.2.0"))
     assert exc.value.exit_code == 62 and "--set mamba-ssm==" in (exc.value.fix or "")
     assert check_cuda_sources("mamba-ssm", "2.3.2.post1", _sdist("mamba-ssm-2.3.2.post1")) >= 13  # 13 .cu
+
+
+DOCOPT = LockedFile(
+    "https://files.pythonhosted.org/packages/a2/55/8f8cab2afd404cf578136ef2cc5dfb50baa1761b68c9da1fb1e4eed343c9/"
+    "docopt-0.6.2.tar.gz", "49b3a825280bd66b3aa83585ef59c4a8c82f2c8a522dbe754a8bc8d08c85c491", 25901)
+
+
+def test_bundle_prebuilds_a_pure_stage1_sdist(tmp_path: Path) -> None:
+    """docopt 0.6.2 is sdist-only on PyPI (NeMo rows install it): the bundle carries a pure wheel
+    built from it, recorded against the sdist's sha256, so the target needs no build backend."""
+    import sys
+
+    from envbuilder.bundle.prebuild import Prebuilt, prebuild
+
+    sdist = fetch(DOCOPT, cache_root(REPO / "build" / "test-cache"))[0]
+    got = prebuild("docopt", "0.6.2", sdist, DOCOPT.sha256, f"{sys.version_info[0]}.{sys.version_info[1]}",
+                   tmp_path / "out", None, lambda _: None)
+    assert isinstance(got, Prebuilt), got
+    assert got.wheel.name == "docopt-0.6.2-py2.py3-none-any.whl" and got.sdist_sha256 == DOCOPT.sha256
+    assert got.to_dict()["sha256"] == got.sha256 and len(got.sha256) == 64

@@ -163,8 +163,12 @@ def run_install(opts: InstallOptions, progress: Progress = lambda _: None) -> In
         stage2 = [n for n in manifest.get("stage2_packages", []) if canonicalize_name(n) not in wheeled]
         python = opts.python or str(manifest["python"])
         env = {**uv_env(None), **OFFLINE_ENV}
+        prebuilt = manifest.get("prebuilt") or []
         reqs = export_requirements(tree / "lock", ["compile"] if manifest.get("stage2_packages") else [],
-                                   no_emit=stage2)
+                                   no_emit=stage2 + [pb["package"] for pb in prebuilt])
+        # a prebuilt wheel replaces its sdist: hash-pinned to the wheel the bundle recorded
+        reqs += "".join(f"{(tree / 'files' / pb['wheel']).resolve()} --hash=sha256:{pb['sha256']}\n"
+                        for pb in prebuilt)
         wh = opts.wheelhouse or (tree / "wheelhouse" if (tree / "wheelhouse" / "wheelhouse.json").is_file() else None)
         extra_lines: list[str] = []
         missing = list(stage2)

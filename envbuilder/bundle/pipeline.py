@@ -21,9 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from packaging.utils import canonicalize_name
+
 from envbuilder.atomic import guard_output_dir, promote_dir, staging_dir, write_atomic
 from envbuilder.bundle.parts import PARTS_INDEX, write_parts
 from envbuilder.bundle.plan import LOCK_FILES, PlannedFile, plan_files
+from envbuilder.bundle.prebuild import Prebuilt, prebuild
 from envbuilder.errors import InvalidOptionError
 from envbuilder.kernels import read_wheelhouse
 from envbuilder.kernels.files import cache_root, fetch, link_or_copy, verify
@@ -83,6 +86,32 @@ def _fetch_all(planned: list[PlannedFile], cache: Path, opts: BundleOptions, pro
     return done, downloaded
 
 
+def _prebuild_all(planned: list[PlannedFile], fetched: dict[str, Path], stage2: list[str], python: str,
+                  cache: Path, opts: BundleOptions, progress: Progress) -> tuple[list[Prebuilt], dict[str, str]]:
+    """Pure wheels for the stage-1 sdists (cached by sdist sha256 and Python); the others and why."""
+    wheeled = {p.package for p in planned if p.kind == "wheel"}
+    skip = {canonicalize_name(n) for n in stage2}
+    out: list[Prebuilt] = []
+    source_only: dict[str, str] = {}
+    for p in planned:
+        if p.kind != "sdist" or p.package in wheeled or canonicalize_name(p.package) in skip:
+            continue
+        d = cache / "prebuilt" / f"{p.file.sha256}-py{python}"
+        hit = sorted(d.glob("*.whl")) if d.is_dir() else []
+        if hit:
+            out.append(Prebuilt(p.package, p.version, p.file.filename, p.file.sha256, hit[0], sha256_file(hit[0])))
+            continue
+        got = prebuild(p.package, p.version, fetched[p.file.filename], p.file.sha256, python, d, opts.ca_bundle,
+                       progress)
+        if isinstance(got, Prebuilt):
+            out.append(got)
+        else:
+            source_only[f"{p.package}=={p.version}"] = got
+            progress(f"  warning: {p.package} {p.version} travels as an sdist ({got}); offline it is built "
+                     "from source, which needs its build backend on the target")
+    return out, source_only
+
+
 def make_bundle(opts: BundleOptions, progress: Progress = lambda _: None) -> BundleResult:
     t0 = time.monotonic()
     lockdir = Path(opts.lockdir)
@@ -101,6 +130,7 @@ def make_bundle(opts: BundleOptions, progress: Progress = lambda _: None) -> Bun
     planned = plan_files(lockdir, python, glibc, stage2)
     cache = cache_root(opts.cache_dir)
     fetched, downloaded = _fetch_all(planned, cache, opts, progress)
+    prebuilt, source_only = _prebuild_all(planned, fetched, stage2, python, cache, opts, progress)
     out.parent.mkdir(parents=True, exist_ok=True)
     with staging_dir(out) as staging:
         tree = staging / "tree" if opts.split else staging
@@ -114,6 +144,8 @@ def make_bundle(opts: BundleOptions, progress: Progress = lambda _: None) -> Bun
             src = fetched[p.file.filename]
             verify(src, p.file.sha256, p.file.filename)  # the cache is trusted only after this
             link_or_copy(src, tree / "files" / p.file.filename)
+        for pb in prebuilt:
+            link_or_copy(pb.wheel, tree / "files" / pb.wheel.name)
         if opts.wheelhouse is not None and wh_record is not None:
             for pkg in wh_record.get("packages", []):
                 whl = Path(opts.wheelhouse) / pkg["wheel"]
@@ -131,6 +163,9 @@ def make_bundle(opts: BundleOptions, progress: Progress = lambda _: None) -> Bun
                             "wheels": [p["wheel"] for p in wh_record.get("packages", [])]} if wh_record else None),
             "packages": [{"name": p.package, "version": p.version, "kind": p.kind, "file": p.file.filename}
                          for p in planned],
+            # stage-1 sdists built into pure wheels here (offline they would need their build backends)
+            "prebuilt": [pb.to_dict() for pb in prebuilt],
+            "source_only": source_only,
             "files": entries,
         }
         text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"

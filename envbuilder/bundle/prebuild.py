@@ -1,0 +1,61 @@
+"""Pure-Python wheels for the stage-1 sdists of a lock, built while an index is still reachable.
+
+A NeMo row installs a dozen packages that PyPI has only as sdists (antlr4-python3-runtime, docopt,
+rouge-score, ...). Offline, each would be built in an isolated environment whose build backend
+(setuptools, hatchling, ...) the bundle would have to carry too. So the bundle builds them here with
+`uv build --wheel` (isolated, online) for the target Python and carries the wheel, recording which
+sdist (by sha256) it came from. Only `py3-none-any` results are kept: a compiled wheel built on this
+machine is tied to this machine's glibc, so those stay sdists and the bundle says so.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.utils import parse_wheel_filename
+
+from envbuilder.lock.record import sha256_file
+from envbuilder.lock.uvrun import uv_binary, uv_env
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Prebuilt:
+    package: str
+    version: str
+    sdist: str
+    sdist_sha256: str
+    wheel: Path
+    sha256: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"package": self.package, "version": self.version, "sdist": self.sdist,
+                "sdist_sha256": self.sdist_sha256, "wheel": self.wheel.name, "sha256": self.sha256}
+
+
+def prebuild(package: str, version: str, sdist: Path, sdist_sha256: str, python: str, out: Path,
+             ca_bundle: Path | None, progress: Progress) -> Prebuilt | str:
+    """A pure wheel built from `sdist`, or the reason there is none (the sdist then travels as is)."""
+    env = uv_env(ca_bundle)
+    with tempfile.TemporaryDirectory(prefix="envbuilder-prebuild-") as tmp:
+        proc = subprocess.run([uv_binary(), "build", "--wheel", "--python", python, "--out-dir", tmp, str(sdist)],
+                              capture_output=True, text=True, env=env, timeout=1800)
+        if proc.returncode != 0:
+            last = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()][-1:] or ["no output"]
+            return f"uv build failed: {last[0][:200]}"
+        wheels = sorted(Path(tmp).glob("*.whl"))
+        if len(wheels) != 1:
+            return f"uv build made {len(wheels)} wheels"
+        tags = parse_wheel_filename(wheels[0].name)[3]
+        if not all(t.abi == "none" and t.platform == "any" for t in tags):
+            return f"compiled ({wheels[0].name}): a wheel built here would be tied to this machine's glibc"
+        out.mkdir(parents=True, exist_ok=True)
+        dest = out / wheels[0].name
+        dest.write_bytes(wheels[0].read_bytes())
+    progress(f"  prebuilt {dest.name} from {sdist.name}")
+    return Prebuilt(package, version, sdist.name, sdist_sha256, dest, sha256_file(dest))
