@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from rich.markup import escape
 from rich.table import Table
 
 from envbuilder.atomic import write_atomic
@@ -111,15 +112,16 @@ def show(nemo: str | None, release: str | None, mbridge: str | None, as_json: bo
         return
     table = Table("field", "value", "source")
     for field in ["row", "nemo", "release", *SHOW_FIELDS, "min_driver"]:
-        table.add_row(field, str(summary[field]), summary["sources"].get(field, ""))
+        # facts and sources hold brackets ("nemo-toolkit[all]", "[tool.uv]"): print them, never parse them as markup
+        table.add_row(field, escape(str(summary[field])), escape(summary["sources"].get(field, "")))
     console = stdout_console()
     console.print(table)
     for mode, st in summary["stacks"].items():
         console.print(f"{mode}: torch {st['torch']}, CUDA {st['cuda_toolkit']}, cuDNN {st['cudnn']}, "
                       f"min driver {st['min_driver']} (minor-compat floor {st['minor_compat_floor']})")
     for n in summary["notes"]:
-        console.print(f"[{'yellow' if n['severity'] == 'warn' else 'blue'}]{n['severity']}[/]: {n['text']} "
-                      f"({n['source']})")
+        console.print(f"[{'yellow' if n['severity'] == 'warn' else 'blue'}]{n['severity']}[/]: {escape(n['text'])} "
+                      f"({escape(n['source'])})")
 
 
 @matrix.command("refresh")
