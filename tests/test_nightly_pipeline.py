@@ -3,7 +3,8 @@ plan -> lock --check -> build -> sbom -> export sqsh + sif -> certify --cpu (sig
 -> report (regression gate) -> headless Chromium check; then a re-run resumes (skips the row).
 
 Reuses the session's smoke lock and image (tests/conftest.py): the build step finds the image built
-from this very lock and does not rebuild it. Real Docker engine, real mksquashfs, real uv, real
+from this very lock and does not rebuild it; exports are uncompressed (--compression none) to keep CI
+time down (compression itself is the export tests' business). Real Docker engine, real mksquashfs, real uv, real
 Chromium; nothing is faked.
 """
 
@@ -55,7 +56,8 @@ def test_local_nightly_path_on_cpu_with_the_smoke_row(smoke_lockdir: Path, smoke
     lock_args = ["--lock-arg=--find-links", f"--lock-arg={WHEELS}"] if any(WHEELS.glob("torch-*.whl")) else []
     common = ["--rows", "smoke", "--level", "1", "--cpu", "--steps", "10", "--jobs", "2", "-o", str(out),
               "--locks", str(locks), "--tag", "envbuilder-test/{row}:{lock12}", "--base", debian_base_image,
-              "--build-arg=--no-scan", "--sign", keys["private"], "--key", keys["public"], *lock_args,
+              "--build-arg=--no-scan", "--export-arg=--compression", "--export-arg=none",
+              "--sign", keys["private"], "--key", keys["public"], *lock_args,
               "--browser-check", "--json"]
     run = _envbuilder("nightly", "run", *common)
     assert run.returncode == 0, run.stderr[-6000:]

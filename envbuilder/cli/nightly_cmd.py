@@ -40,6 +40,8 @@ def _row_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--formats", default="sqsh,sif", show_default=True, help="Export formats."),
         click.option("--lock-arg", "lock_args", multiple=True, help="Extra `lock --check` argument (repeatable)."),
         click.option("--build-arg", "build_args", multiple=True, help="Extra `build` argument (repeatable)."),
+        click.option("--export-arg", "export_args", multiple=True,
+                     help="Extra `export` argument (repeatable), e.g. --export-arg=--compression --export-arg=lz4."),
     ]
     for o in reversed(opts):
         fn = o(fn)
@@ -48,7 +50,7 @@ def _row_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def _config(row: str, level: int, output: Path, locks: Path, tag_template: str, base: str | None, cpu: bool,
             train_steps: int | None, sign_key: Path | None, public_key: Path | None, formats: str,
-            lock_args: tuple[str, ...], build_args: tuple[str, ...]) -> Any:
+            lock_args: tuple[str, ...], build_args: tuple[str, ...], export_args: tuple[str, ...]) -> Any:
     from envbuilder.matrix import load_matrix
     from envbuilder.nightly.plan import row_flag
     from envbuilder.nightly.steps import RowConfig
@@ -57,7 +59,7 @@ def _config(row: str, level: int, output: Path, locks: Path, tag_template: str, 
     return RowConfig(row=row, row_flag=flag, level=level, output=output, locks=locks, tag_template=tag_template,
                      base=base, cpu=cpu, train_steps=train_steps, sign_key=sign_key, public_key=public_key,
                      formats=tuple(f for f in formats.replace(",", " ").split() if f),
-                     lock_args=lock_args, build_args=build_args)
+                     lock_args=lock_args, build_args=build_args, export_args=export_args)
 
 
 @click.group()

@@ -39,6 +39,7 @@ class RowConfig:
     formats: tuple[str, ...] = ("sqsh", "sif")
     lock_args: tuple[str, ...] = field(default=())
     build_args: tuple[str, ...] = field(default=())
+    export_args: tuple[str, ...] = field(default=())
 
     @property
     def lockdir(self) -> Path:
@@ -83,7 +84,8 @@ def command(cfg: RowConfig, step: str) -> list[str]:
         return ["sbom", str(cfg.lockdir), "--image", cfg.tag, "-o", str(cfg.sbom)]
     if step.startswith("export-"):
         fmt = step.removeprefix("export-")
-        return ["export", cfg.tag, "--format", fmt, "-o", str(cfg.artifact(fmt)), "--lock", str(cfg.lockdir)]
+        return ["export", cfg.tag, "--format", fmt, "-o", str(cfg.artifact(fmt)), "--lock", str(cfg.lockdir),
+                *cfg.export_args]
     if step == "certify":
         return ["certify", "--image", cfg.tag, "--lock", str(cfg.lockdir), "--level", str(cfg.level),
                 *(["--cpu"] if cfg.cpu else []), *(["--steps", str(cfg.train_steps)] if cfg.train_steps else []),
