@@ -140,3 +140,19 @@ def test_actionlint_is_clean_and_catches_a_broken_workflow(tmp_path: Path) -> No
     bad = subprocess.run(["scripts/actionlint.sh"], cwd=broken, capture_output=True, text=True, timeout=900,
                          env={**os.environ, "VENV": str(REPO / ".venv")})
     assert bad.returncode != 0 and "nope" in bad.stdout + bad.stderr
+
+
+def test_nightly_run_reports_a_row_without_a_lock_as_failed(tmp_path: Path) -> None:
+    """A row with no committed lock is a failed row (exit 96, step named), never silently skipped."""
+    out, locks = tmp_path / "nightly", tmp_path / "locks"
+    locks.mkdir()
+    done = subprocess.run([sys.executable, "-m", "envbuilder", "nightly", "run", "--rows", "v2.7.3", "--level", "0",
+                           "-o", str(out), "--locks", str(locks), "--no-report", "--json"], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 96, done.stderr
+    assert "v2.7.3 (lock-check)" in done.stderr and "Traceback" not in done.stderr
+    row = json.loads(done.stdout)["rows"][0]
+    assert row["status"] == "failed" and row["failed_step"] == "lock-check"
+    assert "no committed lock" in Path(row["steps"][0]["log"]).read_text()
+    assert json.loads((out / "summary.json").read_text())["failed"] == ["v2.7.3"]
+    assert json.loads((out / "v2.7.3" / "nightly.json").read_text())["status"] == "failed"

@@ -120,8 +120,14 @@ def run(rows: str | None, jobs: int, no_resume: bool, no_report: bool, site: Pat
     if result.report is not None and result.report.status == "failed":
         problems.append(f"report exit {result.report.exit_code} (94: regression; see {result.report.log})")
     if problems:
-        raise NightlyRowsFailedError(f"the night failed: {', '.join(problems)}",
+        err = NightlyRowsFailedError(f"the night failed: {', '.join(problems)}",
                                      f"read the logs under {row_opts['output']}/<row>/logs/; rerun resumes")
+        if as_json:  # the summary is the JSON document (it names each failed step); keep stdout to one document
+            import sys
+
+            click.echo(f"error: {err.cause}\n  fix: {err.fix}", err=True)
+            sys.exit(err.exit_code)
+        raise err
 
 
 @nightly.command("step")
