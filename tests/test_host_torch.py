@@ -56,10 +56,10 @@ def test_host_torch_conflicts(m: Matrix) -> None:
 
 
 def test_build_or_install_on_another_torch_is_refused() -> None:
-    record = {"host": {"torch": GPU_HOST.to_dict()}}
-    check_host_torch(record, GPU_HOST)
+    want = GPU_HOST.to_dict()  # the lock record's host.torch
+    check_host_torch(want, GPU_HOST)
     other = HostTorch("/opt/py", "3.12", "cp312", "2.10.0+cu130", "13.0", True)
     with pytest.raises(HostTorchMismatchError) as exc:
-        check_host_torch(record, other)
+        check_host_torch(want, other)
     assert "version 2.10.0+cu130 (lock: 2.11.0+cu130)" in exc.value.cause
-    check_host_torch({"host": {}}, other)  # a hermetic lock: nothing to compare
+    check_host_torch(None, other)  # a hermetic lock: nothing to compare

@@ -189,7 +189,7 @@ def run_install(opts: InstallOptions, progress: Progress = lambda _: None) -> In
                 if not opts.system_site_packages:
                     raise InvalidOptionError("this bundle's lock keeps the interpreter's torch (--mode host-torch)",
                                              "pass --system-site-packages and --python with that interpreter")
-                check_host_torch({"host": {"torch": host}}, probe_torch(staging / "v" / "bin" / "python"))
+                check_host_torch(host, probe_torch(staging / "v" / "bin" / "python"))
             progress(f"installing {sum(1 for ln in reqs.splitlines() if ln and not ln.startswith(' '))} "
                      f"packages offline from {tree / 'files'}")
             cmd = [uv_binary(), "pip", "install", "--offline", "--no-index", "--find-links", str(tree / "files"),

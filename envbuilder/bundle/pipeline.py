@@ -115,18 +115,18 @@ def _prebuild_all(planned: list[PlannedFile], fetched: dict[str, Path], stage2: 
 def make_bundle(opts: BundleOptions, progress: Progress = lambda _: None) -> BundleResult:
     t0 = time.monotonic()
     lockdir = Path(opts.lockdir)
-    record = read_record(lockdir).to_dict()
+    record = read_record(lockdir)
     out = guard_output_dir(Path(opts.output), _is_bundle, "an envbuilder bundle")
-    python, glibc = str(record["target"]["python"]), str(record["target"].get("glibc") or "2.35")
-    stage2 = list(record.get("stage2_packages", []))
+    python, glibc = str(record.target.python), str(record.target.glibc or "2.35")
+    stage2 = list(record.stage2_packages)
     wh_record = None
     if opts.wheelhouse is not None:
         wh_record = read_wheelhouse(opts.wheelhouse)
-        if wh_record.get("lock_sha256") != record["lock_sha256"]:
+        if wh_record.get("lock_sha256") != record.lock_sha256:
             raise InvalidOptionError(
                 f"--wheelhouse {opts.wheelhouse} was built for lock {str(wh_record.get('lock_sha256'))[:12]}, "
-                f"not {record['lock_sha256'][:12]}", f"rebuild it: envbuilder wheels {lockdir} -o {opts.wheelhouse}")
-    progress(f"planning the files lock {record['lock_sha256'][:12]} installs on Python {python}, glibc {glibc}")
+                f"not {record.lock_sha256[:12]}", f"rebuild it: envbuilder wheels {lockdir} -o {opts.wheelhouse}")
+    progress(f"planning the files lock {record.lock_sha256[:12]} installs on Python {python}, glibc {glibc}")
     planned = plan_files(lockdir, python, glibc, stage2)
     cache = cache_root(opts.cache_dir)
     fetched, downloaded = _fetch_all(planned, cache, opts, progress)
@@ -137,7 +137,7 @@ def make_bundle(opts: BundleOptions, progress: Progress = lambda _: None) -> Bun
         tree.mkdir(parents=True, exist_ok=True)
         for name in LOCK_FILES:
             link_or_copy(lockdir / name, tree / "lock" / name)
-        for rel in sorted(record.get("local_wheels", {}).values()):
+        for rel in sorted(record.local_wheels.values()):
             link_or_copy(lockdir / rel, tree / "lock" / rel)
         entries: dict[str, dict[str, Any]] = {}
         for p in planned:
@@ -156,9 +156,9 @@ def make_bundle(opts: BundleOptions, progress: Progress = lambda _: None) -> Bun
             rel = f.relative_to(tree).as_posix()
             entries[rel] = {"sha256": sha256_file(f), "size": f.stat().st_size}
         manifest = {
-            "schema": SCHEMA, "lock_sha256": record["lock_sha256"], "row": record.get("row"),
-            "mode": record.get("mode"), "python": python, "glibc": glibc, "stage2_packages": stage2,
-            "host_torch": (record.get("host") or {}).get("torch"),
+            "schema": SCHEMA, "lock_sha256": record.lock_sha256, "row": record.row,
+            "mode": record.mode, "python": python, "glibc": glibc, "stage2_packages": stage2,
+            "host_torch": record.host.get("torch"),
             "wheelhouse": ({"arch_list": wh_record.get("arch_list"), "torch": wh_record.get("torch"),
                             "wheels": [p["wheel"] for p in wh_record.get("packages", [])]} if wh_record else None),
             "packages": [{"name": p.package, "version": p.version, "kind": p.kind, "file": p.file.filename}
@@ -176,9 +176,9 @@ def make_bundle(opts: BundleOptions, progress: Progress = lambda _: None) -> Bun
         if opts.split:
             progress(f"cutting {size / 1e6:.1f} MB into parts of {opts.split / 2**20:.0f} MiB")
             index = write_parts(tree, staging, opts.split,
-                                {"lock_sha256": record["lock_sha256"], "manifest_sha256": sha256_file(tree / MANIFEST)},
-                                mtime=int(record.get("source_date_epoch") or 0))
+                                {"lock_sha256": record.lock_sha256, "manifest_sha256": sha256_file(tree / MANIFEST)},
+                                mtime=record.source_date_epoch)
             shutil.rmtree(tree)
             parts = index["parts"]
         promote_dir(staging, out)
-    return BundleResult(out, record["lock_sha256"], len(entries), size, downloaded, parts, time.monotonic() - t0)
+    return BundleResult(out, record.lock_sha256, len(entries), size, downloaded, parts, time.monotonic() - t0)

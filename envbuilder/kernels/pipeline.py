@@ -38,7 +38,7 @@ from envbuilder.kernels.torchenv import (
 )
 from envbuilder.kernels.wheelfile import add_local_version, local_tag
 from envbuilder.lock.kernel_sources import require_cuda_sources
-from envbuilder.lock.record import read_record
+from envbuilder.lock.record import LockRecord, read_record
 from envbuilder.lock.sdist import read_sdist
 from envbuilder.matrix.model import Matrix
 
@@ -208,14 +208,14 @@ def _sdist_for(name: str, files: LockedFiles, opts: WheelsOptions, cache: Path, 
     return path, files.sdist.sha256
 
 
-def _choose_torch(opts: WheelsOptions, lockdir: Path, record: dict[str, Any], cache: Path,
+def _choose_torch(opts: WheelsOptions, lockdir: Path, record: LockRecord, cache: Path,
                   progress: Progress, to_build: list[str]) -> TorchFacts:
-    host_locked = bool((record.get("host") or {}).get("torch"))
+    host_locked = bool(record.host.get("torch"))
     if opts.torch_from == "host":
         if opts.interpreter is None:
             raise InvalidOptionError("--torch-from host needs --interpreter PY", "pass the Python that has torch")
         facts = probe_interpreter(opts.interpreter)
-        check_host_torch(record, facts)
+        check_host_torch(record.host.get("torch"), facts)
         return facts
     if host_locked:
         raise InvalidOptionError("this lock keeps the interpreter's torch (--mode host-torch): a venv synced from "
@@ -223,15 +223,15 @@ def _choose_torch(opts: WheelsOptions, lockdir: Path, record: dict[str, Any], ca
                                  "pass --torch-from host --interpreter PY (the venv `envbuilder install` made)")
     if opts.torch_from != "venv":
         raise InvalidOptionError(f"--torch-from {opts.torch_from}: unknown", "use venv or host")
-    venv = cache / "venvs" / f"{record['lock_sha256'][:16]}-py{record['target']['python']}"
+    venv = cache / "venvs" / f"{record.lock_sha256[:16]}-py{record.target.python}"
     return sync_stage1_venv(lockdir, record, venv, progress, opts.ca_bundle, skip=to_build)
 
 
-def _build_env(record: dict[str, Any], opts: WheelsOptions, facts: TorchFacts, knob_env: dict[str, str],
+def _build_env(record: LockRecord, opts: WheelsOptions, facts: TorchFacts, knob_env: dict[str, str],
                force_var: str | None, jobs: int) -> dict[str, str]:
     env = dict(os.environ)
     env.pop("VIRTUAL_ENV", None)
-    env.update({str(k): str(v) for k, v in (record.get("stage2_env") or {}).items()})
+    env.update({str(k): str(v) for k, v in record.stage2_env.items()})
     env.update(knob_env)
     env["MAX_JOBS"] = str(jobs)
     if force_var:
@@ -241,7 +241,7 @@ def _build_env(record: dict[str, Any], opts: WheelsOptions, facts: TorchFacts, k
         env["PATH"] = f"{opts.cuda_home}/bin{os.pathsep}{env.get('PATH', '')}"
     bindir = str(Path(facts.interpreter).parent)
     env["PATH"] = f"{bindir}{os.pathsep}{env.get('PATH', '')}"  # the venv's ninja, cmake
-    env.setdefault("SOURCE_DATE_EPOCH", str(record.get("source_date_epoch") or 315532800))
+    env.setdefault("SOURCE_DATE_EPOCH", str(record.source_date_epoch or 315532800))
     return env
 
 
@@ -257,7 +257,7 @@ def wheel_archs(wheel: Path, work: Path, cuda_home: Path | None) -> list[ObjectA
     return [object_archs(d / n, tool, d) for n in sorted(names)]
 
 
-def build_one(name: str, files: LockedFiles, record: dict[str, Any], facts: TorchFacts, archs: ArchList,
+def build_one(name: str, files: LockedFiles, record: LockRecord, facts: TorchFacts, archs: ArchList,
               opts: WheelsOptions, cache: Path, matrix: Matrix | None, out: Path, progress: Progress
               ) -> PackageReport:
     t0 = time.monotonic()
@@ -270,7 +270,7 @@ def build_one(name: str, files: LockedFiles, record: dict[str, Any], facts: Torc
         src = unpack_sdist(sdist, work / "src")
         n_cuda = check_cuda_sources(name, files.version, sdist)
         skip_var = _fact_str(matrix, name, "skip_cuda_build_env")
-        stage2_env = {str(k): str(v) for k, v in (record.get("stage2_env") or {}).items()}
+        stage2_env = {str(k): str(v) for k, v in record.stage2_env.items()}
         skip_cuda = _bool_env({**os.environ, **stage2_env}, skip_var)
         device_code = n_cuda > 0 and not skip_cuda
         knobs = arch_knobs(src, archs)
@@ -336,9 +336,9 @@ def build_one(name: str, files: LockedFiles, record: dict[str, Any], facts: Torc
 def run_wheels(opts: WheelsOptions, matrix: Matrix | None, progress: Progress = lambda _: None) -> WheelsResult:
     t0 = time.monotonic()
     lockdir = Path(opts.lockdir)
-    record = read_record(lockdir).to_dict()
+    record = read_record(lockdir)
     out = guard_output_dir(Path(opts.output), lambda d: (d / WHEELHOUSE_RECORD).is_file(), "an envbuilder wheelhouse")
-    stage2 = list(record.get("stage2_packages", []))
+    stage2 = list(record.stage2_packages)
     if opts.packages:
         unknown = sorted(set(opts.packages) - set(stage2))
         if unknown:
@@ -346,7 +346,7 @@ def run_wheels(opts: WheelsOptions, matrix: Matrix | None, progress: Progress = 
                                      f"({', '.join(stage2) or 'none'})", "name stage-2 packages only")
         stage2 = [p for p in stage2 if p in opts.packages]
     cache = cache_root(opts.cache_dir)
-    spec = opts.arch_list or (str(record.get("host", {}).get("sm") or "") or DEFAULT_ARCH_LIST)
+    spec = opts.arch_list or (str(record.host.get("sm") or "") or DEFAULT_ARCH_LIST)
     archs = ArchList.parse(spec)
     locked = by_name(read_locked_files(lockdir / "uv.lock"))
     to_build = []
@@ -369,7 +369,7 @@ def run_wheels(opts: WheelsOptions, matrix: Matrix | None, progress: Progress = 
     with staging_dir(out) as staging:
         for name, files in to_build:
             reports.append(build_one(name, files, record, facts, archs, opts, cache, matrix, staging, progress))
-        result = WheelsResult(out, record["lock_sha256"], facts, archs, reports, time.monotonic() - t0)
+        result = WheelsResult(out, record.lock_sha256, facts, archs, reports, time.monotonic() - t0)
         write_atomic(staging / WHEELHOUSE_RECORD, json.dumps(result.record(), indent=2, sort_keys=True) + "\n")
         promote_dir(staging, out)
     result.seconds = time.monotonic() - t0

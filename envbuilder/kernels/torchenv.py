@@ -19,7 +19,7 @@ from typing import Any
 from envbuilder.atomic import write_atomic
 from envbuilder.errors import BuildTorchError, HostTorchMismatchError, UvError
 from envbuilder.host.torchprobe import HostTorch, probe_torch
-from envbuilder.lock.record import RECORD_NAME
+from envbuilder.lock.record import RECORD_NAME, LockRecord
 from envbuilder.lock.uvrun import uv_binary, uv_env
 
 Progress = Callable[[str], None]
@@ -32,9 +32,9 @@ def probe_interpreter(python: Path | str) -> TorchFacts:
     return probe_torch(python)
 
 
-def check_host_torch(record: dict[str, Any], facts: TorchFacts) -> None:
-    """A --mode host-torch lock was made for one torch: building or installing on another breaks the ABI."""
-    want = (record.get("host") or {}).get("torch")
+def check_host_torch(want: dict[str, Any] | None, facts: TorchFacts) -> None:
+    """A --mode host-torch lock was made for one torch (`want`: the lock record's host.torch, None for
+    other modes): building or installing on another breaks the ABI."""
     if not want:
         return
     got = {"version": facts.torch, "cuda": facts.cuda, "cxx11abi": facts.cxx11abi, "python": facts.python}
@@ -55,7 +55,7 @@ def require_build_modules(facts: TorchFacts, packages: list[str]) -> None:
             f"install them into that environment: {facts.interpreter} -m pip install {' '.join(missing)}")
 
 
-def sync_stage1_venv(lockdir: Path, record: dict[str, Any], venv: Path, progress: Progress,
+def sync_stage1_venv(lockdir: Path, record: LockRecord, venv: Path, progress: Progress,
                      ca_bundle: Path | None = None, skip: list[str] | None = None) -> TorchFacts:
     """A venv holding the lock's stage 1 and stage 2, except the packages `skip` names (those to build).
 
@@ -69,13 +69,13 @@ def sync_stage1_venv(lockdir: Path, record: dict[str, Any], venv: Path, progress
     venv = venv.absolute()  # uv reads UV_PROJECT_ENVIRONMENT relative to the project
     marker = venv / "envbuilder-venv.json"
     python = venv / "bin" / "python"
-    skip = sorted(record.get("stage2_packages", []) if skip is None else skip)
-    want = {"lock_sha256": record["lock_sha256"], "python": record["target"]["python"], "skip": skip}
+    skip = sorted(record.stage2_packages if skip is None else skip)
+    want = {"lock_sha256": record.lock_sha256, "python": record.target.python, "skip": skip}
     if marker.is_file() and python.exists():
         try:
             seen = json.loads(marker.read_text())
             if {k: seen.get(k) for k in want} == want and isinstance(seen.get("probe"), dict):
-                progress(f"build venv {venv} is up to date (lock {record['lock_sha256'][:12]})")
+                progress(f"build venv {venv} is up to date (lock {record.lock_sha256[:12]})")
                 p = seen["probe"]
                 return HostTorch(str(python), p["python"], p["py_tag"], p["torch"], p["cuda"], bool(p["cxx11abi"]),
                                  tuple(p["present"]), tuple((str(k), bool(v)) for k, v in p["build_modules"]))
@@ -91,8 +91,8 @@ def sync_stage1_venv(lockdir: Path, record: dict[str, Any], venv: Path, progress
         shutil.copy2(lockdir / name, project / name)
     if (lockdir / "wheels").is_dir():
         shutil.copytree(lockdir / "wheels", project / "wheels")
-    cmd = [uv_binary(), "sync", "--frozen", "--no-install-project", "--python", str(record["target"]["python"])]
-    cmd += ["--extra", "compile"] if record.get("stage2_packages") else []
+    cmd = [uv_binary(), "sync", "--frozen", "--no-install-project", "--python", str(record.target.python)]
+    cmd += ["--extra", "compile"] if record.stage2_packages else []
     for name in skip:
         cmd += ["--no-install-package", name]
     env = uv_env(ca_bundle)
