@@ -140,6 +140,7 @@ def main() -> None:
             rows: dict[str, Any] = {}
             out = scratch / fmt
             out.mkdir()
+            os.chmod(out, 0o777)  # apptainer runs as uid 1000 and writes its SIF here
             rows["limit"] = run(["mksquashfs", str(scratch / "tree"), str(out / "limit"), "-noappend", "-no-xattrs",
                                  "-no-progress", "-quiet", "-processors", str(cores), *opts], [out])
             # a miss on an empty cache: the full export (filing the result is one hard link)
@@ -169,6 +170,7 @@ def main() -> None:
             if native and native.get("seconds"):
                 rows["envbuilder"]["ratio_vs_native"] = round(rows["envbuilder"]["seconds"] / native["seconds"], 3)
             results[fmt] = {"compression": comp, "options": opts, **rows}
+            print(json.dumps({fmt: results[fmt]}, sort_keys=True), file=sys.stderr, flush=True)  # partial results
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     results["loadavg_after"] = os.getloadavg()

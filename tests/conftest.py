@@ -8,6 +8,7 @@ GPU tests are marked `gpu` and skipped when no NVIDIA GPU is visible (always in 
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,21 @@ def _has_gpu() -> bool:
         return n > 0
     except Exception:
         return False
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_export_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Exports made by tests (and the CLIs they run) file their artifacts in a session temp dir,
+    never in the user's ~/.cache/envbuilder/exports."""
+    import os
+
+    old = os.environ.get("ENVBUILDER_EXPORT_CACHE")
+    os.environ["ENVBUILDER_EXPORT_CACHE"] = str(tmp_path_factory.mktemp("export-cache"))
+    yield
+    if old is None:
+        os.environ.pop("ENVBUILDER_EXPORT_CACHE", None)
+    else:
+        os.environ["ENVBUILDER_EXPORT_CACHE"] = old
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

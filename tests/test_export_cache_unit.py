@@ -67,3 +67,21 @@ def test_store_never_fails_the_export(tmp_path: Path) -> None:
     art = tmp_path / "a.sqsh"
     art.write_bytes(b"x")
     assert ExportCache(blocker).store("cd" * 32, "sqsh", art, {"sha256": "0", "size": 1}) is None
+
+
+def test_prune_drops_least_recently_used_first(tmp_path: Path) -> None:
+    import os
+
+    cache = ExportCache(tmp_path / "cache", max_bytes=250)
+    keys = ["a1" * 32, "b2" * 32, "c3" * 32]
+    for i, key in enumerate(keys):
+        art = tmp_path / f"{i}.sqsh"
+        art.write_bytes(bytes([i]) * 100)
+        import hashlib
+
+        assert cache.store(key, "sqsh", art, {"sha256": hashlib.sha256(art.read_bytes()).hexdigest(),
+                                              "size": 100}) is not None
+        os.utime(cache.entry(key, "sqsh").meta, (1000 + i, 1000 + i))
+    # the third store pruned: 300 bytes > 250, the oldest entry (a1) went first
+    assert not cache.entry(keys[0], "sqsh").artifact.exists()
+    assert cache.entry(keys[1], "sqsh").artifact.exists() and cache.entry(keys[2], "sqsh").artifact.exists()

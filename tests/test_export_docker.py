@@ -181,18 +181,6 @@ def _export(image: str, fmt: str, out: Path, **kw: Any) -> ExportResult:
     return export_image(ExportOptions(image=image, fmt=fmt, output=out, **kw))
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _private_export_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """CLI runs below use the export cache: keep it out of the user's ~/.cache."""
-    old = os.environ.get("ENVBUILDER_EXPORT_CACHE")
-    os.environ["ENVBUILDER_EXPORT_CACHE"] = str(tmp_path_factory.mktemp("export-cache"))
-    yield
-    if old is None:
-        os.environ.pop("ENVBUILDER_EXPORT_CACHE", None)
-    else:
-        os.environ["ENVBUILDER_EXPORT_CACHE"] = old
-
-
 @pytest.fixture(scope="session")
 def wh_sqsh(whiteout_image: str, tmp_path_factory: pytest.TempPathFactory) -> ExportResult:
     return _export(whiteout_image, "sqsh", tmp_path_factory.mktemp("sq") / "wh.sqsh")

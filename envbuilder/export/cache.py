@@ -37,6 +37,17 @@ def default_root() -> Path:
     return Path(explicit) if explicit else cache_dir() / "exports"
 
 
+def default_max_bytes() -> int:
+    """Size bound of the cache (ENVBUILDER_EXPORT_CACHE_MAX_GB, default 20 GB): least recently used
+    entries go first. An entry whose artifact is still hard-linked to an output costs no extra space,
+    but it counts, so the bound is conservative."""
+    raw = os.environ.get("ENVBUILDER_EXPORT_CACHE_MAX_GB", "20")
+    try:
+        return int(float(raw) * 1e9)
+    except ValueError:
+        return int(20e9)
+
+
 def code_digest() -> str:
     """sha256 over the export package's sources: a change in how artifacts are made is a new key."""
     h = hashlib.sha256()
@@ -74,8 +85,9 @@ class CacheEntry:
 
 
 class ExportCache:
-    def __init__(self, root: Path | None = None) -> None:
+    def __init__(self, root: Path | None = None, max_bytes: int | None = None) -> None:
         self.root = Path(root) if root else default_root()
+        self.max_bytes = default_max_bytes() if max_bytes is None else max_bytes
 
     def entry(self, key: str, fmt: str) -> CacheEntry:
         d = self.root / key[:2]
@@ -101,6 +113,8 @@ class ExportCache:
                 dest_tmp.unlink()
             self.evict(key, fmt)
             return None
+        with contextlib.suppress(OSError):
+            os.utime(e.meta)  # recently used: evicted last
         return meta
 
     def store(self, key: str, fmt: str, artifact: Path, meta: dict[str, Any]) -> Path | None:
@@ -121,7 +135,30 @@ class ExportCache:
             write_atomic(e.meta, json.dumps(meta, indent=2, sort_keys=True) + "\n")
         except OSError:
             return None
+        self.prune(keep=e.artifact)
         return e.artifact
+
+    def prune(self, keep: Path | None = None) -> list[Path]:
+        """Drop least recently used entries until the cache fits max_bytes; returns what was dropped."""
+        entries = []
+        for meta in self.root.glob("*/*.json"):
+            for art in meta.parent.glob(meta.stem + ".*"):
+                if art.suffix != ".json" and not art.name.endswith(".tmp"):
+                    with contextlib.suppress(OSError):
+                        entries.append((meta.stat().st_mtime, art.stat().st_size, art, meta))
+        total = sum(size for _, size, _, _ in entries)
+        dropped = []
+        for _, size, art, meta in sorted(entries, key=lambda x: x[0]):
+            if total <= self.max_bytes:
+                break
+            if art == keep:
+                continue
+            for p in (meta, art):
+                with contextlib.suppress(OSError):
+                    p.unlink()
+            total -= size
+            dropped.append(art)
+        return dropped
 
     def evict(self, key: str, fmt: str) -> None:
         e = self.entry(key, fmt)
