@@ -103,13 +103,16 @@ def test_bundle_installs_offline(smoke_bundle: tuple[Path, dict], tmp_path: Path
 
 
 def _copy_parts(bundle: Path, dest: Path) -> Path:
-    shutil.copytree(bundle, dest)
+    """The bundle's files hard-linked (a 220 MB bundle twice more would fill a small CI disk)."""
+    shutil.copytree(bundle, dest, copy_function=os.link)
     return dest
 
 
 def test_corrupt_part_installs_nothing(smoke_bundle: tuple[Path, dict], tmp_path: Path) -> None:
     bundle = _copy_parts(smoke_bundle[0], tmp_path / "b")
     part = bundle / "bundle.tar.001"
+    shutil.copyfile(part, part.with_suffix(".tmp"))  # break the hard link: only this copy is damaged
+    part.with_suffix(".tmp").replace(part)
     with open(part, "r+b") as fh:
         fh.seek(1000)
         byte = fh.read(1)
