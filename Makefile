@@ -174,7 +174,7 @@ actionlint:
 drift-pr:
 	scripts/drift-pr.sh
 
-# kernels (issue 12): nvcc + cuobjdump from NVIDIA's PyPI wheels for the GPU-less arch tests
+# kernels: nvcc + cuobjdump from NVIDIA's PyPI wheels for the GPU-less arch tests
 cuda-tools: setup
 	scripts/cuda-tools.sh
 

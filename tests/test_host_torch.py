@@ -18,7 +18,7 @@ from envbuilder.render.pyproject import render_pyproject
 from envbuilder.resolve import ResolveRequest, resolve
 
 FIXTURE = Path(__file__).parent / "fixtures" / "matrix"
-# the GPU machines' Python: 3.12 with torch 2.11.0+cu130 (issue 12)
+# the GPU machines' Python: 3.12 with torch 2.11.0+cu130
 GPU_HOST = HostTorch("/usr/bin/python3", "3.12", "cp312", "2.11.0+cu130", "13.0", True, ("torch", "triton"))
 
 

@@ -15,8 +15,9 @@ from envbuilder.errors import ImageNotFoundError
 from envbuilder.export import conventions, image_source, verify
 from envbuilder.export.flatten import LayerSource, merge_layers
 from envbuilder.export.inspect import inspect_artifact
+from envbuilder.lock.record import LABEL_IMAGE_ID
 
-IMAGE_ID_LABEL = "io.envbuilder.image-id"
+IMAGE_ID_LABEL = LABEL_IMAGE_ID
 
 
 def image_for(report: dict[str, object], image: str | None) -> str:

@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from envbuilder.errors import ReportInputError
+from envbuilder.lock.record import RECORD_NAME
 
 #: what a committed lock keeps (`lock --check` compares .python-version too); local wheels/ are not committed
-KEPT = ("pyproject.toml", "uv.lock", "envbuilder.lock.json", ".python-version")
+KEPT = ("pyproject.toml", "uv.lock", RECORD_NAME, ".python-version")
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from typing import Any
 from envbuilder.atomic import promote_dir, staging_dir, write_atomic
 from envbuilder.console import dumps
 from envbuilder.errors import EnvbuilderError, ReportInputError
+from envbuilder.lock.record import RECORD_NAME
 from envbuilder.report.collect import DASHBOARD_MARKER, CertEntry, collect
 from envbuilder.report.gate import DEFAULT_THRESHOLD_PCT, find_regressions
 from envbuilder.report.history import History
@@ -24,7 +25,7 @@ from envbuilder.report.site import CSS, RowView, render_index, render_row
 
 MARKER = DASHBOARD_MARKER
 BESIDE_CERT = ("certificate.json", "certificate.dsse.json", "sbom.cdx.json", "report.md")
-LOCK_FILES = ("pyproject.toml", "uv.lock", "envbuilder.lock.json")
+LOCK_FILES = ("pyproject.toml", "uv.lock", RECORD_NAME)
 
 Progress = Callable[[str], None]
 
