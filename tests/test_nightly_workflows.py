@@ -68,6 +68,10 @@ def test_workflow_shapes() -> None:
     order = ["lock-check", "build", "sbom", "export-sqsh", "export-sif", "certify", "verify"]
     assert [s.split("STEP=")[1] for s in steps if "STEP=" in s] == order
     assert any("upload-artifact" in st.get("uses", "") for st in cert["steps"])
+    # the signing key is given to the certify step alone (not the job, so not the build or export)
+    assert "ENVBUILDER_SIGNING_KEY" not in json.dumps(cert.get("env", {}))
+    holders = [st.get("run") for st in cert["steps"] if "ENVBUILDER_SIGNING_KEY" in json.dumps(st.get("env", {}))]
+    assert holders == ["make nightly-step STEP=certify"]
     publish = [st.get("run") for st in nightly["jobs"]["publish"]["steps"]]
     assert "make nightly-publish" in publish
     assert "deploy-pages" in json.dumps(nightly["jobs"]["pages"])
