@@ -155,3 +155,23 @@ def test_cli_keygen_and_verify_cert(certdir: tuple[Path, Path], tmp_path: Path) 
     forged = _cli("verify-cert", str(d / "certificate.json"), "--lock", str(lock), "--key", pair["public"])
     assert forged.returncode == 91 and "changed after signing" in forged.stderr
     assert "Traceback" not in forged.stderr
+
+
+def test_certify_signs_with_the_key_from_the_ci_secret_variable(tmp_path: Path) -> None:
+    """certify -o with $ENVBUILDER_SIGNING_KEY (no --sign): envelope beside the certificate, key in no output."""
+    from importlib.metadata import version
+
+    pair = generate_keypair(tmp_path / "k" / "s.key", tmp_path / "k" / "s.pub")
+    pem = pair.private.read_text()
+    exp = tmp_path / "expect.json"
+    exp.write_text(json.dumps({"schema": 1, "lock_sha256": "cd" * 32, "packages": {"click": version("click")}}))
+    out = tmp_path / "cert"
+    proc = _cli("certify", "--in-place", "--expect", str(exp), "--level", "0", "-o", str(out),
+                env={"ENVBUILDER_SIGNING_KEY": pem})
+    assert proc.returncode == 0, proc.stderr
+    assert "signed by key" in proc.stderr
+    got = verify_signature(out / "certificate.json", load_public_key(pair.public))
+    assert got["subject"] == {"name": "uv.lock", "digest": {"sha256": "cd" * 32}}
+    body = pem.split("-----")[2].strip()
+    assert body not in proc.stdout + proc.stderr
+    assert all(body not in p.read_text(errors="replace") for p in out.rglob("*") if p.is_file())

@@ -203,6 +203,7 @@ def certify_environment(opts: CertifyOptions, progress: Progress = lambda _m: No
         raise InvalidOptionError("--sign and --sbom need -o DIR (the envelope and SBOM sit beside the certificate)",
                                  "add -o DIR")
     key = load_private_key(opts.sign_key) if signing else None  # fail on a bad key before the checks run
+    os.environ.pop(KEY_ENV, None)  # the key is in memory now; the environment under test never sees it
     artifact: dict[str, Any] = dict(t.artifact())
     if sbom is not None:
         artifact["sbom"] = {"name": SBOM_NAME, "sha256": sha256_file(sbom)}
