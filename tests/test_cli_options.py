@@ -57,6 +57,13 @@ def test_version_on_a_subcommand_and_env_var_input() -> None:
     assert "ENVBUILDER_LOCK_GLIBC" in _run("lock", "--help").stdout
 
 
+def test_json_from_the_environment_also_makes_errors_json() -> None:
+    bad = _run("matrix", "show", "--nemo", "v0.0.0", env={"ENVBUILDER_MATRIX_SHOW_JSON": "1"})
+    assert bad.returncode == 10 and json.loads(bad.stdout)["error"] == "unknown-tag"
+    other = _run("matrix", "show", "--nemo", "v0.0.0", env={"ENVBUILDER_LOCK_JSON": "1"})
+    assert other.returncode == 10 and other.stdout == ""  # another command's variable does not apply
+
+
 def test_piped_tables_keep_their_full_width() -> None:
     out = _run("matrix", "list")
     assert out.returncode == 0

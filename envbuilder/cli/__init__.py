@@ -138,6 +138,15 @@ def cli() -> None:
 with_common_options(cli)
 
 
+def _wants_json(args: list[str]) -> bool:
+    """--json on the command line, or its environment variable (ENVBUILDER_LOCK_JSON=1, ...)."""
+    if "--json" in args:
+        return True
+    words = [a for a in args if not a.startswith("-")][:2]
+    names = [f"{ENV_PREFIX}_{'_'.join(words[:n])}_JSON".upper().replace("-", "_") for n in (1, 2) if len(words) >= n]
+    return any(os.environ.get(n, "").strip().lower() in ("1", "true", "yes", "on") for n in names)
+
+
 def report_error(err: EnvbuilderError, want_json: bool) -> None:
     tail = err.details.get("log_tail")
     if isinstance(tail, list) and tail:  # a fix may point at "the log above": show it (stderr, also with --json)
@@ -152,7 +161,7 @@ def report_error(err: EnvbuilderError, want_json: bool) -> None:
 
 def main(argv: list[str] | None = None) -> Any:
     args = sys.argv[1:] if argv is None else argv
-    want_json = "--json" in args
+    want_json = _wants_json(args)
     procs.install_signal_handlers()
     try:
         return cli.main(args=args, prog_name="envbuilder", standalone_mode=False)
