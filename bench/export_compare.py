@@ -134,15 +134,25 @@ def main() -> None:
     try:
         size = merged_tree(args.image, scratch / "tree")
         results["image_bytes"] = size
-        for fmt in args.formats.split(","):
+        formats = args.formats.split(",")
+        limits: dict[str, dict[str, Any]] = {}
+        for fmt in formats:  # all limits first: the merged tree (image-sized) is then deleted
+            comp = args.compression if fmt == "sqsh" else args.sif_compression
+            limit_out = scratch / f"limit.{fmt}"
+            limits[fmt] = run(["mksquashfs", str(scratch / "tree"), str(limit_out), "-noappend", "-no-xattrs",
+                               "-no-progress", "-quiet", "-processors", str(cores),
+                               *squashfs.COMPRESSIONS[comp].split()], [limit_out])
+            limits[fmt]["output_mb"] = round(limit_out.stat().st_size / 1e6)
+            limit_out.unlink()
+        shutil.rmtree(scratch / "tree")
+        for fmt in formats:
             comp = args.compression if fmt == "sqsh" else args.sif_compression
             opts = squashfs.COMPRESSIONS[comp].split()
             rows: dict[str, Any] = {}
             out = scratch / fmt
             out.mkdir()
             os.chmod(out, 0o777)  # apptainer runs as uid 1000 and writes its SIF here
-            rows["limit"] = run(["mksquashfs", str(scratch / "tree"), str(out / "limit"), "-noappend", "-no-xattrs",
-                                 "-no-progress", "-quiet", "-processors", str(cores), *opts], [out])
+            rows["limit"] = limits[fmt]
             # a miss on an empty cache: the full export (filing the result is one hard link)
             rows["envbuilder"] = run([*envb, "-o", str(out / f"a.{fmt}"), "--compression", comp], [out], env=env)
             rows["cache_hit"] = run([*envb, "-o", str(out / f"d.{fmt}"), "--compression", comp], [out], env=env)
@@ -155,8 +165,7 @@ def main() -> None:
                 rep = json.loads(rows[name].pop("stdout"))
                 rows[name].update(output_mb=round(rep["size"] / 1e6), layers_from=rep["layers_from"],
                                   cache=rep["cache"], sha256=rep["sha256"][:16])
-            rows["limit"].pop("stdout")
-            rows["limit"]["output_mb"] = round((out / "limit").stat().st_size / 1e6)
+            rows["limit"].pop("stdout", None)
             for p in out.iterdir():
                 if p.is_file():
                     p.unlink()
