@@ -247,3 +247,23 @@ def test_lock_all_locks_every_row_and_reports_the_failed_one(tmp_path: Path) -> 
     assert err["error"] == "lock-all-failed" and err["details"]["failed"] == ["smoke-bad"]
     assert {r["row"]: r["changed"] for r in err["details"]["rows"]}.get("smoke-a") is False
     assert "2/3 rows locked" in cli.stderr
+
+
+def test_reusable_constraints_only_for_the_same_inputs(tmp_path: Path) -> None:
+    from envbuilder.lock.reuse import reusable_constraints
+
+    record = json.loads((REPO / "tests/golden/lock/v2.3.0-hermetic.envbuilder.lock.json").read_text())
+    record["constraints_added"] = [{"package": "nvidia-resiliency-ext", "constraint": "nvidia-resiliency-ext<0.5.0",
+                                    "reason": "only manylinux_2_39 wheels"}]
+    (tmp_path / "envbuilder.lock.json").write_text(json.dumps(record))
+    (tmp_path / "pyproject.toml").write_text("deps\nnvidia-resiliency-ext<0.5.0\n")
+
+    def render(cs: list[str]) -> str:
+        return "deps\n" + "".join(c + "\n" for c in cs)
+
+    py, glibc = record["inputs"]["python"], record["inputs"]["glibc"]
+    assert reusable_constraints(tmp_path, render, py, glibc) == record["constraints_added"]
+    assert reusable_constraints(tmp_path, render, py, "2.39") == []  # the platform check would differ
+    assert reusable_constraints(tmp_path, lambda cs: "other\n", py, glibc) == []  # other inputs
+    (tmp_path / "envbuilder.lock.json").write_text("{broken")
+    assert reusable_constraints(tmp_path, render, py, glibc) == []

@@ -26,7 +26,7 @@ from envbuilder.lock.interpreter import interpreter_for
 from envbuilder.lock.kernel_sources import check_kernel_sources, derive_uncovered
 from envbuilder.lock.platform import check_platform, fetch_release_files, find_constraint, source_builds, target_tags
 from envbuilder.lock.record import RECORD_NAME, LockRecord, build_record, source_date_epoch
-from envbuilder.lock.reuse import lock_offline_first, seed_from
+from envbuilder.lock.reuse import lock_offline_first, reusable_constraints, seed_from
 from envbuilder.lock.uvlock import LockedPackage, read_uv_lock, stage1_closure, stage1_packages
 from envbuilder.lock.uvrun import uv_version
 from envbuilder.lock.validate import check_ca_bundle, check_find_links, check_glibc, check_target_arch
@@ -248,9 +248,11 @@ def _lock_into(matrix: Matrix, req: ResolveRequest, opts: LockOptions, res: Reso
         seeded = opts.reuse_lock and is_lock_dir(real) and seed_from(real, staging)
         cutoff = source_date_epoch(res.exclude_newer) if res.exclude_newer else 0
         offline, online_reason = True, ""
-        constraints: list[dict[str, str]] = []
         uv_log = ""
         derived = derive_uncovered(matrix, res, opts.ca_bundle, progress)
+        constraints: list[dict[str, str]] = reusable_constraints(
+            real, lambda cs: render_pyproject(res, matrix, cs, local_rel, derived), req.python, req.glibc
+        ) if seeded else []
         interpreter = interpreter_for(res.requires_python)
         uv_python = ["--python", interpreter] if interpreter else []
         if interpreter:

@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,6 +47,29 @@ def seed_from(previous: Path, staging: Path) -> bool:
         return False
     shutil.copyfile(src, Path(staging) / "uv.lock")
     return True
+
+
+def reusable_constraints(lockdir: Path, render: Callable[[list[str]], str], python: str | None, glibc: str
+                         ) -> list[dict[str, str]]:
+    """The platform constraints the existing lock added, when it was made from the same inputs.
+
+    A re-lock would otherwise render round 1 without them, make uv re-resolve, find the same
+    platform problems and add the same constraints again (two uv runs instead of one validation).
+    Taken only when the pyproject rendered with them is byte-identical to the existing one and the
+    inputs the platform check uses (target Python, glibc) are unchanged, so the outcome equals a
+    from-scratch lock's.
+    """
+    from envbuilder.lock.record import LockRecord
+
+    try:
+        record = LockRecord.from_lockdir(lockdir, verify=False)
+        previous = [dict(c) for c in record.constraints_added]
+        old = (Path(lockdir) / "pyproject.toml").read_text(encoding="utf-8")
+    except (OSError, ValueError, EnvbuilderError):
+        return []
+    if not previous or record.inputs.get("python") != python or record.inputs.get("glibc") != glibc:
+        return []
+    return previous if render([c["constraint"] for c in previous]) == old else []
 
 
 def uv_cache_dir(ca_bundle: Path | None = None) -> Path | None:
