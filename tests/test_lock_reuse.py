@@ -267,3 +267,36 @@ def test_reusable_constraints_only_for_the_same_inputs(tmp_path: Path) -> None:
     assert reusable_constraints(tmp_path, lambda cs: "other\n", py, glibc) == []  # other inputs
     (tmp_path / "envbuilder.lock.json").write_text("{broken")
     assert reusable_constraints(tmp_path, render, py, glibc) == []
+
+
+def test_sdist_reading_is_remembered_only_inside_the_sdist_cache(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+    import tarfile
+
+    from envbuilder.lock.sdist import cache_dir, read_sdist
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+
+    def make(path: Path, names: list[str]) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(path, "w:gz") as tar:
+            for n in names:
+                info = tarfile.TarInfo(n)
+                data = b"Metadata-Version: 2.2\nName: k\nVersion: 1\n" if n.endswith("PKG-INFO") else b"x"
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+
+    cached = cache_dir() / ("ab" * 32) / "k-1.tar.gz"
+    make(cached, ["k-1/PKG-INFO", "k-1/csrc/a.cu"])
+    first = read_sdist(cached)
+    memo = cached.with_name(cached.name + ".contents.json")
+    assert memo.is_file() and first.cuda_sources == ("k-1/csrc/a.cu",)
+    assert read_sdist(cached) == first and read_sdist(cached).pkg_info == first.pkg_info
+    make(cached, ["k-1/PKG-INFO", "k-1/setup.py"])  # new bytes (and mtime): read again, not the memo
+    os.utime(cached, ns=(1, 1))
+    assert read_sdist(cached).cuda_sources == ()
+    elsewhere = tmp_path / "mine" / "k-1.tar.gz"
+    make(elsewhere, ["k-1/PKG-INFO"])
+    read_sdist(elsewhere)
+    assert sorted(p.name for p in elsewhere.parent.iterdir()) == ["k-1.tar.gz"]  # no side file for the user

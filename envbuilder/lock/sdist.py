@@ -9,8 +9,10 @@ archive: the metadata the index serves for an sdist without running its setup.py
 
 from __future__ import annotations
 
+import contextlib
 import email.parser
 import hashlib
+import json
 import os
 import ssl
 import tarfile
@@ -45,8 +47,35 @@ class SdistContents:
 
 
 def read_sdist(path: Path) -> SdistContents:
-    """File list (paths inside the archive, top folder included) and PKG-INFO of an sdist."""
+    """File list (paths inside the archive, top folder included) and PKG-INFO of an sdist.
+
+    Archives in envbuilder's own sdist cache get their reading remembered beside them (keyed by size
+    and mtime): decompressing a 10-40 MB kernel sdist on every lock, even a `--check` that changes
+    nothing, cost more than the uv run. Archives elsewhere are read every time (no side files in
+    the user's directories).
+    """
     path = Path(path)
+    memo = path.with_name(path.name + ".contents.json")
+    in_cache = cache_dir().resolve() in path.resolve().parents
+    if in_cache:
+        try:
+            st = path.stat()
+            d = json.loads(memo.read_text(encoding="utf-8"))
+            if d["v"] == 1 and d["size"] == st.st_size and d["mtime_ns"] == st.st_mtime_ns:
+                return SdistContents(d["filename"], tuple(d["files"]), d["pkg_info"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    contents = _read_archive(path)
+    if in_cache:
+        with contextlib.suppress(OSError):
+            st = path.stat()
+            write_atomic(memo, json.dumps({"v": 1, "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+                                           "filename": contents.filename, "files": list(contents.files),
+                                           "pkg_info": contents.pkg_info}))
+    return contents
+
+
+def _read_archive(path: Path) -> SdistContents:
     name = path.name
     if name.endswith((".tar.gz", ".tgz", ".tar.bz2", ".tar")):
         with tarfile.open(path) as tar:
