@@ -97,18 +97,19 @@ CMD ["/bin/sh", "-c", "echo $GREETING"]
 """
 
 
-def test_build_from_generated_def(apptainer: str, debian_base_image: str,
+def test_build_from_generated_def(apptainer: str, tiny_image: str,
                                   tmp_path_factory: pytest.TempPathFactory) -> None:
     """`apptainer build` from the .def export wrote (its docker-archive form, as its header says).
 
     Without --force, Apptainer warns "Label: X already exists and force option is false" for every
-    %labels key the image already has (4 here before the fix, 11 for the smoke image): the .def
-    must list only the labels the image lacks. Then the built SIF and ours run alike."""
+    %labels key the image already has (4 for a Debian-based image of this kind before the fix, 11 for
+    the smoke image): the .def must list only the labels the image lacks. Then the built SIF and ours
+    run alike. The tiny image (dash + coreutils) keeps the build to seconds."""
     from test_export_docker import _build, _content_tag
 
     from envbuilder.export.pipeline import ExportOptions, export_image
 
-    dockerfile = DEF_DOCKERFILE.format(base=debian_base_image, lock="5e" * 32)
+    dockerfile = DEF_DOCKERFILE.format(base=tiny_image, lock="5e" * 32)
     image = _build(_content_tag("envbuilder-test/def-labels", dockerfile), dockerfile,
                    tmp_path_factory.mktemp("defctx"))
     work = runner_dir("defbuild")
