@@ -64,7 +64,7 @@ def test_cli_lock_check_exit_code(tmp_path: Path) -> None:
 def test_nemo_row_locks_stage2_from_metadata_records_without_building(tmp_path: Path) -> None:
     m = load_matrix(REPO / "matrices")
     # v2.7.0: every stage-2 sdist it pins ships CUDA sources (v2.3.0's mamba-ssm 2.2.0 / causal-conv1d
-    # 1.2.2.post1 do not, and no release before its cutoff does: see test_kernel_less_sdists_are_refused)
+    # 1.2.2.post1 do not, and no release before its cutoff does: see test_kernel_less_row_pins_lock_but_never_build)
     res = run_lock(m, ResolveRequest(row="v2.7.0"), LockOptions(output=tmp_path / "lk", verbose_uv=True))
     stage2 = res.record.stage2_packages
     assert {"transformer-engine-torch", "flash-attn", "mamba-ssm"} <= set(stage2)
@@ -87,13 +87,25 @@ def test_nemo_row_locks_stage2_from_metadata_records_without_building(tmp_path: 
     assert res.record.exclude_newer and res.record.files["uv.lock"] == res.record.lock_sha256
 
 
-def test_kernel_less_sdists_are_refused(tmp_path: Path) -> None:
-    """v2.3.0 pins PyPI's mamba-ssm 2.2.0, whose sdist has no csrc/: the lock stops, writes nothing."""
-    m = load_matrix(REPO / "matrices")
+def test_kernel_less_row_pins_lock_but_never_build(tmp_path: Path) -> None:
+    """v2.3.0 pins PyPI's mamba-ssm 2.2.0 / causal-conv1d 1.2.2.post1, whose sdists have no csrc/.
+    `lock --nemo v2.3.0` (the README's main job) still works, but never silently: the record names
+    them as kernel-less and `build` refuses before any engine work; a --set pin of one is refused."""
     out = tmp_path / "lk"
+    proc = subprocess.run([sys.executable, "-m", "envbuilder", "lock", "--nemo", "v2.3.0", "--no-detect",
+                           "-o", str(out)], capture_output=True, text=True, cwd=REPO, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "holds no CUDA sources" in proc.stderr and "--set mamba-ssm==none" in proc.stderr
+    record = json.loads((out / "envbuilder.lock.json").read_text())
+    assert record["kernel_less"] == ["causal-conv1d", "mamba-ssm"]
+    build = subprocess.run([sys.executable, "-m", "envbuilder", "build", str(out), "--tag", "envbuilder-test/kl:x"],
+                           capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert build.returncode == 62 and "without CUDA sources" in build.stderr and "Traceback" not in build.stderr
+    m = load_matrix(REPO / "matrices")
+    explicit = tmp_path / "explicit"
     with pytest.raises(NoCudaSourcesError) as err:
-        run_lock(m, ResolveRequest(row="v2.3.0"), LockOptions(output=out))
-    assert "holds no CUDA sources" in err.value.cause and not out.exists()
+        run_lock(m, ResolveRequest(row="v2.3.0", overrides=(("mamba-ssm", "2.2.0"),)), LockOptions(output=explicit))
+    assert "holds no CUDA sources" in err.value.cause and not explicit.exists()
 
 
 def test_release_2604_locks_megatron_bridge_stack(tmp_path: Path) -> None:

@@ -62,12 +62,33 @@ def test_sdist_without_cuda_sources_is_a_typed_error_with_a_fix(tmp_path: Path) 
     assert err.value.fix is not None and "--source git" in err.value.fix
 
 
-def _res_with_stage2(name: str, version: str, git: bool = False) -> object:
+def _res_with_stage2(name: str, version: str, git: bool = False, provenance: str = "test") -> object:
     class Res:
         def stage(self, n: int) -> list[Pin]:
             url = "https://github.com/x/y.git" if git else None
-            return [Pin(name, version, 2, "test", url, "v1" if git else None)] if n == 2 else []
+            return [Pin(name, version, 2, provenance, url, "v1" if git else None)] if n == 2 else []
     return Res()
+
+
+def test_kernel_less_row_pin_is_recorded_but_a_set_pin_is_refused(tmp_path: Path) -> None:
+    """The row's own pin locks (recorded as kernel-less, warned about); the user's --set pin is an error."""
+    bad = make_sdist(tmp_path, "mamba_ssm", "2.2.0", {"setup.py": b"", "mamba_ssm/__init__.py": b""})
+    pkg = LockedPackage("mamba-ssm", "2.2.0", {"registry": "https://pypi.org/simple"}, (), True,
+                        sdist_url=bad.as_uri(), sdist_sha256=hashlib.sha256(bad.read_bytes()).hexdigest())
+
+    def fetch(url: str, sha: str | None, ca: Path | None) -> Path:
+        return fetch_sdist(url, sha, ca, cache=tmp_path / "cache")
+
+    said: list[str] = []
+    kernel_less: list[str] = []
+    row_pin = _res_with_stage2("mamba-ssm", "2.2.0", provenance="matrix:nemo.toml#v2.3.0.mamba_ssm")
+    assert check_kernel_sources(row_pin, [pkg], progress=said.append, fetch=fetch,  # type: ignore[arg-type]
+                                kernel_less=kernel_less) == []
+    assert kernel_less == ["mamba-ssm"]
+    assert any(m.startswith("warning: mamba-ssm 2.2.0") and "--set mamba-ssm==none" in m for m in said)
+    set_pin = _res_with_stage2("mamba-ssm", "2.2.0", provenance="override:--set mamba-ssm==2.2.0")
+    with pytest.raises(NoCudaSourcesError):
+        check_kernel_sources(set_pin, [pkg], fetch=fetch, kernel_less=[])  # type: ignore[arg-type]
 
 
 def test_check_kernel_sources_fetches_by_hash_and_refuses(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 from envbuilder import __version__
 from envbuilder.atomic import write_atomic
 from envbuilder.choices import BUILD_TARGETS, DEFAULT_BUILD_TARGET
-from envbuilder.errors import BuildFailedError, InvalidOptionError, SecretLeakError
+from envbuilder.errors import BuildFailedError, InvalidOptionError, NoCudaSourcesError, SecretLeakError
 from envbuilder.image import engine, layerscan
 from envbuilder.image.buildlog import BuildLog, Step
 from envbuilder.image.context import assemble
@@ -163,6 +163,13 @@ def _check_options(opts: BuildOptions, lock: LockDir) -> tuple[str, str, int]:
             f"re-lock with --mode {mode}, or build without --mode")
     if opts.target not in TARGETS:
         raise InvalidOptionError(f"--target {opts.target!r}", "use stage1, builder or runtime")
+    if lock.record.kernel_less and opts.target != "stage1":
+        names = ", ".join(lock.record.kernel_less)
+        raise NoCudaSourcesError(
+            f"{lock.path}: the lock pins {names} from sdists without CUDA sources: stage 2 would build "
+            "packages that import and have no kernels",
+            f"re-lock with --source git, with --set NAME==VERSION of a release that ships its kernels, or with "
+            f"--set NAME==none for {names}; or build --target stage1")
     cuda = str(lock.target.cuda or "none")
     arch_list = normalize_arch_list(opts.arch_list) if opts.arch_list else (
         default_arch_list(cuda) if cuda not in ("none", "unknown") else "")

@@ -4,6 +4,11 @@ Stage 2 builds the kernel packages from their sdists. An sdist without csrc/*.cu
 package that imports fine and has no kernels, so the lock stops there, naming the sdist and
 the ways out. Pins installed from git (--source git) build from the tag's full tree and are
 not checked; packages that uv locked with a wheel are not built at all.
+
+A pin the user asked for (--set) is refused outright. A pin that comes from the row itself (NeMo
+v2.0-v2.4 pin mamba-ssm / causal-conv1d releases whose PyPI sdists lack their kernels) still locks,
+so `envbuilder lock --nemo v2.3.0` works, but never silently: it is warned about, recorded in the
+record's `kernel_less`, and `build` / `wheels` refuse it with the same fix.
 """
 
 from __future__ import annotations
@@ -45,8 +50,12 @@ def require_cuda_sources(package: str, version: str, contents: SdistContents) ->
 def check_kernel_sources(res: Resolution, locked: list[LockedPackage], ca_bundle: Path | None = None,
                          progress: Callable[[str], None] = lambda _: None,
                          fetch: Callable[[str, str | None, Path | None], Path] = fetch_sdist,
-                         matrix: Matrix | None = None) -> list[KernelSourceCheck]:
-    """Check each stage-2 pin that uv locked as an sdist from the index (no usable wheel)."""
+                         matrix: Matrix | None = None,
+                         kernel_less: list[str] | None = None) -> list[KernelSourceCheck]:
+    """Check each stage-2 pin that uv locked as an sdist from the index (no usable wheel).
+
+    With `kernel_less` (a list to fill), a kernel-less pin that came from the row is appended there
+    with a warning instead of raising; a --set pin always raises."""
     by_name = {p.name: p for p in locked}
     checked: list[KernelSourceCheck] = []
     for pin in res.stage(2):
@@ -66,6 +75,14 @@ def check_kernel_sources(res: Resolution, locked: list[LockedPackage], ca_bundle
                      f"(cannot download {pkg.sdist_url}: {exc}); lock again online to check it")
             continue
         contents = read_sdist(path)
+        if not contents.cuda_sources and kernel_less is not None and not pin.provenance.startswith("override:"):
+            try:
+                require_cuda_sources(pin.name, pkg.version, contents)
+            except NoCudaSourcesError as err:
+                progress(f"warning: {err.cause}; the row pins it, so the lock records it as kernel-less and "
+                         f"build/wheels refuse it. Fix: {err.fix}")
+                kernel_less.append(pin.name)
+                continue
         require_cuda_sources(pin.name, pkg.version, contents)
         checked.append(KernelSourceCheck(pin.name, pkg.version, contents))
         if matrix is not None:

@@ -282,7 +282,8 @@ def _lock_into(matrix: Matrix, req: ResolveRequest, opts: LockOptions, res: Reso
 
         locked = read_uv_lock(staging / "uv.lock")
         t = time.monotonic()
-        check_kernel_sources(res, locked, opts.ca_bundle, progress, matrix=matrix)
+        kernel_less: list[str] = []
+        check_kernel_sources(res, locked, opts.ca_bundle, progress, matrix=matrix, kernel_less=kernel_less)
         timings["kernel_sources"] = time.monotonic() - t
         root = tomllib_name(staging / "pyproject.toml")
         # a stage-2 sdist pulled in by stage 1 (nemo-toolkit 2.0/2.1 [all] requires mamba-ssm) would be
@@ -294,7 +295,7 @@ def _lock_into(matrix: Matrix, req: ResolveRequest, opts: LockOptions, res: Reso
         python, builds = _choose_target_python(res, req, locked, root, progress)
         record = build_record(res, req, staging, uv_version() or "unknown", constraints, local_rel,
                               [str(p) for p in opts.find_links if p.is_dir()], deferred,
-                              target_python=python, source_builds=builds)
+                              target_python=python, source_builds=builds, kernel_less=kernel_less)
         write_atomic(staging / RECORD_NAME, record.to_json())
         # `uv sync` in the lock directory picks the interpreter the record targets
         write_atomic(staging / PYTHON_VERSION_NAME, f"{python}\n")

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from envbuilder import __version__
 from envbuilder.canonical import dumps, sha256_file
@@ -117,12 +117,20 @@ class LockRecord:
     files: dict[str, str]
     lock_sha256: str
     schema: int = SCHEMA
+    # stage-2 pins of the row whose sdist ships no CUDA sources: locked (so the row still locks and
+    # syncs), warned about, and refused by build/wheels until the user picks a way out
+    kernel_less: list[str] = dataclasses.field(default_factory=list)
+
+    #: fields written only when they hold something, so records without them keep their bytes
+    OPTIONAL_FIELDS: ClassVar[frozenset[str]] = frozenset({"kernel_less"})
 
     # ---- serialisation -------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
+            if f.name in self.OPTIONAL_FIELDS and not value:
+                continue
             if f.name == "target":
                 value = dataclasses.asdict(value)
             elif f.name == "pins":
@@ -145,7 +153,7 @@ class LockRecord:
                 f"(reads {', '.join(map(str, SUPPORTED_SCHEMAS))})",
                 "re-lock with this envbuilder (envbuilder lock), or use the envbuilder version that wrote it")
         names = {f.name for f in dataclasses.fields(cls)}
-        missing = sorted(names - set(data))
+        missing = sorted(names - set(data) - cls.OPTIONAL_FIELDS)
         if missing:
             raise LockDirError(f"{where}: lock record lacks {', '.join(missing)}", "re-run envbuilder lock")
         unknown = sorted(set(data) - names)
@@ -250,8 +258,8 @@ def check_uv_lock(path: Path) -> None:
 def build_record(res: Resolution, req: ResolveRequest, lockdir: Path, uv_version: str,
                  constraints_added: list[dict[str, str]], local_wheels: dict[str, str],
                  find_links_used: list[str], stage1_deferred: list[str] | None = None,
-                 target_python: str | None = None, source_builds: dict[str, list[str]] | None = None
-                 ) -> LockRecord:
+                 target_python: str | None = None, source_builds: dict[str, list[str]] | None = None,
+                 kernel_less: list[str] | None = None) -> LockRecord:
     files = {name: sha256_file(lockdir / name) for name in ("pyproject.toml", "uv.lock")}
     for rel in sorted(local_wheels.values()):
         files[rel] = sha256_file(lockdir / rel)
@@ -295,6 +303,7 @@ def build_record(res: Resolution, req: ResolveRequest, lockdir: Path, uv_version
         source_builds=source_builds or {"compiled": [], "sdist_only": []},
         stage2_env=res.stage2_env,
         warnings=list(res.warnings),
+        kernel_less=sorted(kernel_less or []),
         notes=[{"severity": n.severity, "text": n.text, "source": n.source} for n in res.notes],
         exclude_newer=res.exclude_newer,
         source_date_epoch=source_date_epoch(res.exclude_newer),
