@@ -7,7 +7,10 @@ GPU tests are marked `gpu` and skipped when no NVIDIA GPU is visible (always in 
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -201,3 +204,44 @@ def certify_torch_venv(tmp_path_factory: pytest.TempPathFactory, uv_bin: str) ->
         pytest.skip(f"cannot install {CERTIFY_TORCH} (no /opt/wheels wheel and PyPI failed): "
                     f"{done.stderr.strip()[-300:]}")
     return venv
+
+
+# ---- uv cache hygiene -------------------------------------------------------------------------
+# A lock made with --find-links copies the local torch wheel into <lockdir>/wheels/, and uv caches a
+# path wheel per path: every test lock directory that is synced unpacks its own 700 MB copy of the
+# CPU torch into uv's archive cache (about 30 per run, 20 GB). At the end of the session keep the
+# newest two copies of each distribution this session unpacked and remove the rest; uv re-unpacks
+# whatever it misses, so this never changes a result.
+_SESSION_START = time.time()
+
+
+def _uv_cache_dir() -> Path | None:
+    uv = Path(__file__).resolve().parent.parent / ".venv" / "bin" / "uv"
+    if not uv.exists():
+        return None
+    try:
+        out = subprocess.run([str(uv), "cache", "dir"], capture_output=True, text=True, timeout=30, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return Path(out.stdout.strip())
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    cache = _uv_cache_dir()
+    archives = cache / "archive-v0" if cache else None
+    if archives is None or not archives.is_dir():
+        return
+    copies: dict[str, list[tuple[float, Path]]] = {}
+    for entry in archives.iterdir():
+        try:
+            mtime = entry.stat().st_mtime
+            names = [n for n in os.listdir(entry) if n.endswith(".dist-info")]
+        except OSError:
+            continue
+        if mtime < _SESSION_START:
+            continue
+        for name in names:
+            copies.setdefault(name, []).append((mtime, entry))
+    for entries in copies.values():
+        for _, entry in sorted(entries, reverse=True)[2:]:
+            shutil.rmtree(entry, ignore_errors=True)
