@@ -31,10 +31,16 @@ lock: setup
 
 # sync: install a lock directory with the uv that made it (LOCK=DIR, default $(LOCKDIR)), both stages
 LOCK ?= $(LOCKDIR)
+# Stage 2 skips the pins the record lists as kernel_less (their PyPI sdists ship no CUDA sources, so they
+# would build into packages without kernels) and says so.
 sync: setup
 	test -f $(LOCK)/uv.lock || { echo "no $(LOCK)/uv.lock: run make lock first (or pass LOCK=DIR)"; exit 2; }
 	cd $(LOCK) && $(abspath $(BIN))/uv sync --frozen
-	cd $(LOCK) && $(abspath $(BIN))/uv sync --frozen --extra compile
+	skip=$$($(BIN)/python -c 'import sys; from envbuilder.lock.record import LockRecord; \
+	  r = LockRecord.from_lockdir(sys.argv[1]); \
+	  [print(f"warning: not installing {n}: its sdist has no CUDA sources (re-lock with --source git)", file=sys.stderr) for n in r.kernel_less]; \
+	  print(" ".join(f"--no-install-package {n}" for n in r.kernel_less))' $(LOCK)) && \
+	cd $(LOCK) && $(abspath $(BIN))/uv sync --frozen --extra compile $$skip
 
 # ---- tests: lint, fast unit tests, then real-engine / real-PyPI integration tests --
 lint: setup
