@@ -16,6 +16,7 @@ from pathlib import Path
 
 from envbuilder.choices import MODES
 from envbuilder.errors import InvalidOptionError
+from envbuilder.kernels.archs import ArchList
 from envbuilder.lock import record
 from envbuilder.templating import template_env
 
@@ -56,23 +57,10 @@ class RenderValues:
 
 
 def normalize_arch_list(spec: str) -> str:
-    """'sm_80,sm_90' / '80 90' / '8.0;9.0+PTX' -> '8.0;9.0' / '8.0;9.0+PTX' (torch's form)."""
-    out: list[str] = []
-    for raw in re.split(r"[;,\s]+", spec.strip()):
-        if not raw:
-            continue
-        tok = raw.lower().removeprefix("sm_").removeprefix("sm")
-        ptx = tok.endswith("+ptx")
-        tok = tok.removesuffix("+ptx")
-        m = re.fullmatch(r"(\d+)\.(\d)|(\d+)(\d)a?", tok)
-        if not m:
-            raise InvalidOptionError(f"--arch-list: {raw!r} is not a CUDA arch (use 8.0;9.0 or sm_80,sm_90)",
-                                     "pass compute capabilities such as 8.0;9.0")
-        major, minor = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
-        item = f"{int(major)}.{minor}" + ("+PTX" if ptx else "")
-        if item not in out:
-            out.append(item)
-    return ";".join(out)
+    """'sm_80,sm_90' / '80 90' / '8.0;9.0+PTX' -> '8.0;9.0' / '8.0;9.0+PTX' (torch's form).
+
+    One parser for every --arch-list: the wheelhouse's (kernels.archs.ArchList)."""
+    return ArchList.parse(spec).torch
 
 
 def nvte_archs(arch_list: str) -> str:

@@ -36,7 +36,7 @@ class ArchList:
             tok = raw.lower().removeprefix("sm_").removeprefix("sm")
             has_ptx = tok.endswith("+ptx")
             tok = tok.removesuffix("+ptx")
-            m = re.fullmatch(r"(\d+)\.(\d)|(\d+)(\d)", tok)
+            m = re.fullmatch(r"(\d+)\.(\d)|(\d+)(\d)a?", tok)  # sm_90a: the 9.0 arch-specific target
             if not m:
                 raise InvalidOptionError(f"--arch-list: {raw!r} is not a CUDA arch (use 8.0;9.0 or sm_80,sm_90)",
                                          "pass compute capabilities such as 9.0 or 8.0;9.0+PTX")
