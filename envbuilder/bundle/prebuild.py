@@ -18,6 +18,7 @@ from pathlib import Path
 
 from packaging.utils import parse_wheel_filename
 
+from envbuilder.lock.interpreter import interpreter_for
 from envbuilder.lock.record import sha256_file
 from envbuilder.lock.uvrun import uv_binary, uv_env
 
@@ -42,6 +43,9 @@ def prebuild(package: str, version: str, sdist: Path, sdist_sha256: str, python:
              ca_bundle: Path | None, progress: Progress) -> Prebuilt | str:
     """A pure wheel built from `sdist`, or the reason there is none (the sdist then travels as is)."""
     env = uv_env(ca_bundle)
+    # a concrete interpreter when one is installed: "3.12" alone makes uv look for a managed Python (a
+    # download from GitHub) whenever the default python3 is another version or a pyenv shim cannot run
+    python = interpreter_for(f"=={python}.*") or python
     with tempfile.TemporaryDirectory(prefix="envbuilder-prebuild-") as tmp:
         proc = subprocess.run([uv_binary(), "build", "--wheel", "--python", python, "--out-dir", tmp, str(sdist)],
                               capture_output=True, text=True, env=env, timeout=1800)

@@ -18,7 +18,7 @@ from envbuilder.choices import (
 from envbuilder.cli.matrix_cmd import chosen_row, row_options
 from envbuilder.cli.options import choice, host_options, json_option, timings_option
 from envbuilder.console import emit_json, stderr_console
-from envbuilder.host.torchprobe import probe_torch
+from envbuilder.host.torchprobe import probe_torch, read_torch_facts
 from envbuilder.lock import LockOptions, run_lock
 from envbuilder.lock.batch import DEFAULT_JOBS
 from envbuilder.matrix import load_matrix
@@ -72,6 +72,10 @@ def _relock_command(out: Path) -> str:
 @click.option("--interpreter", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
               help="With --mode host-torch: the Python that already has torch (its Python, CUDA and torch are "
                    "recorded and never replaced).")
+@click.option("--host-torch-facts", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
+              help="With --mode host-torch, instead of --interpreter: the JSON that "
+                   "`python -m envbuilder.host.torchprobe` printed on the target (lock on a machine with network "
+                   "for a torch that only the target has).")
 @click.option("--glibc", default="2.35", show_default=True,
               help="glibc of the target base OS (2.35 Ubuntu 22.04, 2.36 Debian 12, 2.39 Ubuntu 24.04).")
 @click.option("--allow-minor-compat", is_flag=True,
@@ -92,7 +96,8 @@ def lock(nemo: str | None, release: str | None, mbridge: str | None, all_rows: b
          online: bool, output: Path | None, python: str | None, cuda: str | None, torch: str | None,
          torch_index: str, driver: str | None, gpu: str | None, sm: str | None, no_detect: bool,
          sets: tuple[str, ...], source: str, mode: str, glibc: str, allow_minor_compat: bool,
-         interpreter: Path | None, find_links: tuple[Path, ...], ca_bundle: Path | None, allow_source_build: bool,
+         interpreter: Path | None, host_torch_facts: Path | None, find_links: tuple[Path, ...],
+         ca_bundle: Path | None, allow_source_build: bool,
          check: bool, no_wait: bool, as_json: bool, timings: bool) -> None:
     """Lock a NeMo stack: pyproject.toml + uv.lock + envbuilder.lock.json."""
     console = stderr_console()
@@ -103,9 +108,12 @@ def lock(nemo: str | None, release: str | None, mbridge: str | None, all_rows: b
         raise click.UsageError("--python/--cuda/--torch/--set pick one row's versions: not with --all")
     matrix = load_matrix()
     host = host_facts(matrix, driver=driver, gpu=gpu, sm=sm, detect=not no_detect)
-    if interpreter is not None and mode != "host-torch":
-        raise click.UsageError("--interpreter goes with --mode host-torch")
-    host_torch = probe_torch(interpreter) if interpreter is not None else None
+    if (interpreter is not None or host_torch_facts is not None) and mode != "host-torch":
+        raise click.UsageError("--interpreter / --host-torch-facts go with --mode host-torch")
+    if interpreter is not None and host_torch_facts is not None:
+        raise click.UsageError("pass --interpreter or --host-torch-facts, not both")
+    host_torch = (probe_torch(interpreter) if interpreter is not None
+                  else read_torch_facts(host_torch_facts) if host_torch_facts is not None else None)
 
     def request(tag: str, option: str | None = None) -> ResolveRequest:
         row = matrix.find_row(name=tag)

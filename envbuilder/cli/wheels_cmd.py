@@ -19,6 +19,9 @@ from envbuilder.matrix import load_matrix
               help="GPU archs, e.g. 9.0 or 8.0;9.0+PTX (default: the lock's host sm, else 8.0;8.6;8.9;9.0).")
 @click.option("--jobs", type=click.IntRange(min=1), default=None,
               help="Parallel compile jobs (MAX_JOBS; default from cores and free RAM per package).")
+@click.option("--parallel", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Packages compiled at once; without --jobs each gets its share of the default MAX_JOBS. "
+                   "Shortens the whole when one package's compile is a single long nvcc.")
 @click.option("--torch-from", type=click.Choice(["venv", "host"]), default="venv", show_default=True,
               help="venv: a venv synced from the lock's stage 1; host: an existing interpreter with torch.")
 @click.option("--interpreter", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
@@ -34,14 +37,14 @@ from envbuilder.matrix import load_matrix
               help="CA bundle for a TLS-intercepting proxy.")
 @json_option("Print the per-package report as JSON on stdout (compile time and peak RSS with --timings).")
 @timings_option
-def wheels(lock: Path, output: Path, arch_list: str | None, jobs: int | None, torch_from: str,
+def wheels(lock: Path, output: Path, arch_list: str | None, jobs: int | None, parallel: int, torch_from: str,
            interpreter: Path | None, packages: tuple[str, ...], cuda_home: Path | None, cache_dir: Path | None,
            sdist_dir: Path | None, ca_bundle: Path | None, as_json: bool, timings: bool) -> None:
     """Build every stage-2 package of LOCKDIR into a wheel (cached by ABI and arch list)."""
     console = stderr_console()
     opts = WheelsOptions(lockdir=lock, output=output, arch_list=arch_list, jobs=jobs, torch_from=torch_from,
                          interpreter=interpreter, cache_dir=cache_dir, cuda_home=cuda_home, ca_bundle=ca_bundle,
-                         packages=list(packages), sdist_dir=sdist_dir)
+                         packages=list(packages), sdist_dir=sdist_dir, parallel=parallel)
     result = run_wheels(opts, load_matrix(), progress=console.print)
     for p in result.packages:
         console.print(f"[green]{p.cache}[/green] {p.wheel} ({p.seconds:.1f}s, archs: {p.arch_check})")

@@ -75,11 +75,32 @@ def probe_torch(python: Path | str) -> HostTorch:
         raise BuildTorchError(f"{python} failed: {proc.stderr.strip()[-300:]}",
                               "pass --interpreter with the path of a working Python")
     data = json.loads(proc.stdout.strip().splitlines()[-1])
+    return host_torch_from_probe(data, str(python))
+
+
+def host_torch_from_probe(data: dict[str, Any], interpreter: str) -> HostTorch:
+    """The HostTorch a probe's JSON describes; BuildTorchError when it names no torch."""
     if "torch" not in data:
-        raise BuildTorchError(f"{python} cannot import torch ({data.get('torch_error', 'not installed')})",
+        raise BuildTorchError(f"{interpreter} cannot import torch ({data.get('torch_error', 'not installed')})",
                               "pass an interpreter that has torch (or use --mode hermetic / --torch-from venv)")
-    return HostTorch(str(python), data["python"], data["py_tag"], data["torch"], data.get("cuda"),
+    return HostTorch(interpreter, data["python"], data["py_tag"], data["torch"], data.get("cuda"),
                      bool(data["cxx11abi"]), tuple(data["present"]), tuple(sorted(data["build_modules"].items())))
+
+
+def read_torch_facts(path: Path) -> HostTorch:
+    """The host torch a probe file names: what `python -m envbuilder.host.torchprobe > FILE` wrote on the
+    target machine. Lets a login node with network lock for a compute node's torch it cannot run."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise BuildTorchError(f"cannot read the torch facts file {path}: {exc}",
+                              "write it on the target with `python -m envbuilder.host.torchprobe > FILE`") from exc
+    required = ("python", "py_tag", "torch", "cxx11abi", "present", "build_modules")
+    missing = [k for k in required if k not in data] if isinstance(data, dict) else list(required)
+    if missing and (not isinstance(data, dict) or "torch_error" not in data):
+        raise BuildTorchError(f"{path} is not a torch probe (missing {', '.join(missing)})",
+                              "write it on the target with `python -m envbuilder.host.torchprobe > FILE`")
+    return host_torch_from_probe(data, str(data.get("executable") or path))
 
 
 def in_row_range(host_torch: str, row_torch: str | None) -> bool | None:
@@ -91,3 +112,10 @@ def in_row_range(host_torch: str, row_torch: str | None) -> bool | None:
         return tuple(v.split("+", 1)[0].split(".")[:2])
 
     return mm(host_torch) == mm(row_torch)
+
+
+if __name__ == "__main__":  # stdlib only: runs on a target that has torch but not envbuilder's dependencies
+    import sys
+
+    exec(compile(_PROBE.replace("CANDIDATES", repr(HOST_KEEP_CANDIDATES)), "torchprobe", "exec"))
+    sys.exit(0)

@@ -133,15 +133,16 @@ def render_pyproject(res: Resolution, matrix: Matrix, constraints: list[str] | N
         uv["no-build-isolation-package"] = _array(sorted(p.name for p in stage2))
     if constraints:
         uv["constraint-dependencies"] = _array(sorted(constraints))
-    never = [*(NGC_KEEP if res.mode == "ngc-base" else ()), *res.dropped]
+    # packages never installed: what the base already has (NGC's torch stack, the interpreter's torch and what
+    # ships with it) and what the row drops; one list, so neither mode loses the row's drops
+    kept: list[str] = []
+    if res.mode == "ngc-base":
+        kept = list(NGC_KEEP)
+    elif res.mode == "host-torch" and res.host_torch is not None:
+        kept = sorted(set(res.host_torch.present) | {"torch"})
+    never = [*kept, *(n for n in res.dropped if n not in kept)]
     if never:
         uv["override-dependencies"] = _array([f"{n}; sys_platform == 'never'" for n in never])
-    if res.mode == "ngc-base":
-        uv["override-dependencies"] = _array([f"{n}; sys_platform == 'never'" for n in NGC_KEEP])
-    elif res.mode == "host-torch" and res.host_torch is not None:
-        # what the interpreter already has is never installed again (torch and what ships with it)
-        keep = sorted(set(res.host_torch.present) | {"torch"})
-        uv["override-dependencies"] = _array([f"{n}; sys_platform == 'never'" for n in keep])
 
     sources = tomlkit.table()
     if res.torch_index and res.mode not in ("ngc-base", "host-torch"):

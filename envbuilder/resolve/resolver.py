@@ -369,8 +369,9 @@ def _check_mode(req: ResolveRequest, row: Release) -> None:
 def _check_host_torch(req: ResolveRequest) -> None:
     ht = req.host_torch
     if ht is None:
-        raise InvalidOptionError("--mode host-torch needs --interpreter PY (the Python that has torch)",
-                                 "pass --interpreter /path/to/python")
+        raise InvalidOptionError("--mode host-torch needs the Python that has torch",
+                                 "pass --interpreter /path/to/python, or --host-torch-facts FILE written on the "
+                                 "target by `python -m envbuilder.host.torchprobe`")
     if req.torch:
         raise ResolveConflictError(f"--torch {req.torch} conflicts with --mode host-torch, which keeps the "
                                    f"interpreter's torch {ht.torch}", "drop --torch")
