@@ -63,3 +63,51 @@ def test_build_or_install_on_another_torch_is_refused() -> None:
         check_host_torch(want, other)
     assert "version 2.10.0+cu130 (lock: 2.11.0+cu130)" in exc.value.cause
     check_host_torch(None, other)  # a hermetic lock: nothing to compare
+
+
+def test_host_torch_keeps_the_rows_drops() -> None:
+    """The row's drop_packages and the interpreter's kept packages share one override list (neither is lost)."""
+    real = load_matrix()
+    r = resolve(real, ResolveRequest(row="26.04", row_option="release", mode="host-torch", host_torch=GPU_HOST,
+                                     glibc="2.39"))
+    assert r.dropped, "the 26.04 row drops emerging-optimizers"
+    text = render_pyproject(r, real, [], {})
+    for name in (*r.dropped, "torch", "triton"):
+        assert f"\"{name}; sys_platform == 'never'\"" in text, name
+    hermetic = render_pyproject(resolve(real, ResolveRequest(row="26.04", row_option="release", glibc="2.39")),
+                                real, [], {})
+    assert all(f"\"{n}; sys_platform == 'never'\"" in hermetic for n in r.dropped)
+
+
+def test_torch_facts_file_is_what_the_probe_prints(tmp_path: Path) -> None:
+    """`python -m envbuilder.host.torchprobe` on a target, read back by lock --host-torch-facts."""
+    import json
+    import subprocess
+    import sys
+
+    from envbuilder.errors import BuildTorchError
+    from envbuilder.host.torchprobe import read_torch_facts
+
+    printed = subprocess.run([sys.executable, "-m", "envbuilder.host.torchprobe"], capture_output=True, text=True,
+                             check=True, cwd=Path(__file__).parents[1]).stdout
+    data = json.loads(printed)
+    assert data["python"] == f"{sys.version_info[0]}.{sys.version_info[1]}" and "build_modules" in data
+    probe = tmp_path / "probe.json"
+    # the GPU machine's facts in the probe's own format
+    data.update(torch="2.11.0+cu130", cuda="13.0", cxx11abi=True, present=["torch", "triton"],
+                executable="/opt/torch/.venv/bin/python3", python="3.12", py_tag="cp312")
+    data.pop("torch_error", None)
+    probe.write_text(json.dumps(data))
+    ht = read_torch_facts(probe)
+    assert ht.to_dict() == GPU_HOST.to_dict() and ht.interpreter == "/opt/torch/.venv/bin/python3"
+    no_torch = tmp_path / "none.json"
+    no_torch.write_text(json.dumps({k: v for k, v in data.items() if k != "torch"} | {"torch_error": "ImportError"}))
+    with pytest.raises(BuildTorchError, match="cannot import torch"):
+        read_torch_facts(no_torch)
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"python": "3.12"}')
+    with pytest.raises(BuildTorchError, match="not a torch probe"):
+        read_torch_facts(bad)
+    bad.write_text("not json")
+    with pytest.raises(BuildTorchError, match="cannot read"):
+        read_torch_facts(bad)
