@@ -22,7 +22,7 @@ from envbuilder.kernels.files import cache_root, fetch
 from envbuilder.kernels.lockfiles import LockedFile
 from envbuilder.kernels.packages import arch_knobs
 from envbuilder.kernels.patch import hardcoded_gencodes, patch_sdist_tree
-from envbuilder.kernels.pipeline import check_cuda_sources, unpack_sdist, wheel_archs
+from envbuilder.kernels.pipeline import check_cuda_sources, device_sources, unpack_sdist, wheel_archs
 
 pytestmark = pytest.mark.integration
 
@@ -39,6 +39,10 @@ SDISTS = {
     "mamba-ssm-2.2.0": LockedFile(
         "https://files.pythonhosted.org/packages/9c/e2/1a2e2c41d9622e0237376978bd20a5f89dd5173a7678f5b32cc1f26a823e/"
         "mamba_ssm-2.2.0.tar.gz", "31011c7db926d2f0552554f82b787b8e530b758e6aad2504f676b535395c3e07", 85389),
+    "transformer-engine-torch-2.14.0": LockedFile(
+        "https://files.pythonhosted.org/packages/39/c4/7ca9c7c9723bedfe4fa32ef1016d194dda2e6247b9e3257f786145d018ba/"
+        "transformer_engine_torch-2.14.0.tar.gz", "e29d4ddb951c3a54357826fe6acbd2ab2192764a194fa07e1e5241cad9a65910",
+        303576),
 }
 
 KERNEL = r"""
@@ -135,7 +139,16 @@ def test_sdist_without_cuda_sources_is_an_error() -> None:
     with pytest.raises(NoCudaSourcesError) as exc:
         check_cuda_sources("mamba-ssm", "2.2.0", _sdist("mamba-ssm-2.2.0"))
     assert exc.value.exit_code == 62 and "--set mamba-ssm==" in (exc.value.fix or "")
-    assert check_cuda_sources("mamba-ssm", "2.3.2.post1", _sdist("mamba-ssm-2.3.2.post1")) >= 13  # 13 .cu
+    assert check_cuda_sources("mamba-ssm", "2.3.2.post1", _sdist("mamba-ssm-2.3.2.post1")) >= 13  # 9 .cu + 4 .cuh
+
+
+def test_headers_only_sdist_has_no_device_code() -> None:
+    """transformer-engine-torch ships .cuh headers but no .cu: its wheel holds host code only, so the arch
+    check must not demand GPU code from it (the kernels are in transformer-engine-cuXX's library)."""
+    n_cuda, n_cu = device_sources("transformer-engine-torch", "2.14.0", _sdist("transformer-engine-torch-2.14.0"))
+    assert n_cuda > 0 and n_cu == 0
+    n_cuda, n_cu = device_sources("mamba-ssm", "2.3.2.post1", _sdist("mamba-ssm-2.3.2.post1"))
+    assert n_cu == 9 and n_cuda > n_cu  # 9 .cu files beside its .cuh headers
 
 
 DOCOPT = LockedFile(

@@ -78,6 +78,38 @@ def test_patch_replaces_literal_gencodes_and_runs() -> None:
         patch_text(patched, ArchList.parse("9.0"))
 
 
+# the shape of causal-conv1d 1.6.1's and mamba-ssm 2.3.1's setup.py: the first and the last literals sit in
+# `if` blocks that depend on the nvcc version
+NESTED = '''cc_flag = []
+if True:
+    if V <= 12.9:
+        cc_flag.append("-gencode")
+        cc_flag.append("arch=compute_70,code=sm_70")
+    cc_flag.append("-gencode")
+    cc_flag.append("arch=compute_80,code=sm_80")
+    if V >= 13.0:
+        cc_flag.append("-gencode")
+        cc_flag.append("arch=compute_121,code=sm_121")
+result = cc_flag
+'''
+
+
+@pytest.mark.parametrize("nvcc", [12.8, 13.0])
+def test_patch_holds_whichever_nested_block_runs(nvcc: float) -> None:
+    patched, removed = patch_text(NESTED, ArchList.parse("9.0")) or ("", [])
+    assert len(removed) == 3
+    ns: dict[str, object] = {"V": nvcc}
+    exec(compile(patched, "setup.py", "exec"), ns)
+    assert ns["result"] == ["-gencode", "arch=compute_90,code=sm_90"]
+
+
+def test_patch_that_would_break_setup_py_is_refused() -> None:
+    # an `else:` of the last block: lines added at the block's outer indentation would split if from else
+    text = NESTED.replace("result = cc_flag", "    else:\n        cc_flag = None\nresult = cc_flag")
+    with pytest.raises(ValueError, match=r"would break setup\.py"):
+        patch_text(text, ArchList.parse("9.0"))
+
+
 def test_own_arch_variable_wins_over_patch(tmp_path: Path) -> None:
     (tmp_path / "setup.py").write_text('import os\ndef cuda_archs():\n    return os.getenv("FLASH_ATTN_CUDA_ARCHS", '
                                        '"80;90").split(";")\ncc_flag=[]\ncc_flag.append("arch=compute_80,code=sm_80")\n')

@@ -49,13 +49,12 @@ def patch_text(text: str, archs: ArchList) -> tuple[str, list[str]] | None:
     if len(names) != 1:
         return None  # literal gencodes go to several lists: not the shape this patch knows
     var = names.pop()
-    first, last = hits[0][0], hits[-1][0]
-    # the block's own indentation: the first `-gencode` append before the first literal arch
-    indent = hits[0][1].group(1)
-    for j in range(first - 1, max(first - 3, -1), -1):
-        if "-gencode" in lines[j]:
-            indent = re.match(r"\s*", lines[j]).group(0)  # type: ignore[union-attr]
-            break
+    last = hits[-1][0]
+    # the block's outermost indentation: gencodes sit in nested `if bare_metal_version >= ...:` blocks
+    # (causal-conv1d 1.6.1, mamba-ssm 2.3.1), and lines added inside the last one would run only when its
+    # condition holds; each literal's `-gencode` append sits on the line before it
+    indent = min((re.match(r"\s*", lines[j]).group(0)  # type: ignore[union-attr]
+                  for i, _ in hits for j in (i - 1, i) if j >= 0 and f"{var}.append" in lines[j]), key=len)
     new_flags = []
     for g in archs.gencodes():
         new_flags += ["-gencode", g]
@@ -64,8 +63,12 @@ def patch_text(text: str, archs: ArchList) -> tuple[str, list[str]] | None:
         f'{indent}{var} = [f for f in {var} if f != "-gencode" and not f.startswith("arch=compute_")]\n',
         f"{indent}{var} += {new_flags!r}\n",
     ]
-    out = lines[: last + 1] + added + lines[last + 1:]
-    return "".join(out), [g for _, m in hits for g in hardcoded_gencodes(m.group(0))]
+    out = "".join(lines[: last + 1] + added + lines[last + 1:])
+    try:
+        compile(out, "setup.py", "exec")
+    except SyntaxError as exc:  # e.g. an `else:` right after the block: this shape is not one the patch knows
+        raise ValueError(f"the gencode patch would break setup.py ({exc.msg}, line {exc.lineno})") from exc
+    return out, [g for _, m in hits for g in hardcoded_gencodes(m.group(0))]
 
 
 def patch_sdist_tree(root: Path, archs: ArchList) -> GencodePatch | None:

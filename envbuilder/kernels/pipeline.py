@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from envbuilder.atomic import guard_output_dir, promote_dir, staging_dir, write_atomic
-from envbuilder.errors import InvalidOptionError, LockDirError
+from envbuilder.errors import ArchMismatchError, InvalidOptionError, LockDirError
 from envbuilder.kernels import cache as wcache
 from envbuilder.kernels.archs import ArchList, ObjectArchs, check_archs, find_cuobjdump, object_archs
 from envbuilder.kernels.build import run_build
@@ -143,6 +143,14 @@ def unpack_sdist(sdist: Path, dest: Path) -> Path:
                 tar.extractall(dest)
     tops = [p for p in dest.iterdir() if p.is_dir()]
     return tops[0] if len(tops) == 1 else dest
+
+
+def device_sources(name: str, version: str, sdist: Path) -> tuple[int, int]:
+    """(CUDA sources, of which .cu files). Only .cu files become device code: transformer-engine-torch ships
+    .cuh headers but compiles C++ only (its kernels live in transformer-engine-cuXX's library)."""
+    contents = read_sdist(sdist)
+    require_cuda_sources(name, version, contents)
+    return len(contents.cuda_sources), sum(1 for f in contents.cuda_sources if f.endswith(".cu"))
 
 
 def check_cuda_sources(name: str, version: str, sdist: Path) -> int:
@@ -270,13 +278,18 @@ def build_one(name: str, files: LockedFiles, record: LockRecord, facts: TorchFac
     ok = False
     try:
         src = unpack_sdist(sdist, work / "src")
-        n_cuda = check_cuda_sources(name, files.version, sdist)
+        n_cuda, n_cu = device_sources(name, files.version, sdist)
         skip_var = _fact_str(matrix, name, "skip_cuda_build_env")
         stage2_env = {str(k): str(v) for k, v in record.stage2_env.items()}
         skip_cuda = _bool_env({**os.environ, **stage2_env}, skip_var)
-        device_code = n_cuda > 0 and not skip_cuda
+        device_code = n_cu > 0 and not skip_cuda
         knobs = arch_knobs(src, archs)
-        patch = patch_sdist_tree(src, archs) if (knobs.hardcoded and device_code) else None
+        try:
+            patch = patch_sdist_tree(src, archs) if (knobs.hardcoded and device_code) else None
+        except ValueError as exc:  # refused before an hour of compiling that the arch check would then reject
+            raise ArchMismatchError(f"{name} {files.version}: setup.py hard-codes its gencodes and {exc}",
+                                    "pass the arch list the package builds by itself (--arch-list), or add this "
+                                    "setup.py shape to envbuilder/kernels/patch.py") from exc
         if patch:
             progress(f"  {name}: setup.py hard-codes {len(patch.removed)} gencodes; patched to {archs.torch} "
                      f"(sha256 {patch.sha256[:12]})")
@@ -311,6 +324,8 @@ def build_one(name: str, files: LockedFiles, record: LockRecord, facts: TorchFac
             arch_check = "ok"
         elif skip_cuda:
             arch_check = f"skipped: {skip_var}=TRUE (built without its CUDA extension)"
+        elif n_cuda:
+            arch_check = "skipped: no .cu sources, only CUDA headers (host code; no GPU code to check)"
         else:
             arch_check = "skipped: the sdist has no CUDA sources (C++ extension only)"
         tag = local_tag(facts.cuda, facts.torch, facts.cxx11abi, archs.tag if device_code else "")
