@@ -17,7 +17,7 @@ from envbuilder.certify.result import FAIL, PASS, SKIPPED, Check
 
 EXIT_FAILED = 50
 GROUPS = ("drift", "imports", "torch-build", "driver", "arch", "kernels", "gemm", "pretrain", "mcore", "nemo",
-          "nccl", "parallel")
+          "mbridge", "nccl", "parallel")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -79,7 +79,7 @@ def run_checks(a: argparse.Namespace, workdir: Path) -> tuple[list[Check], dict,
         if want("pretrain") and torch_version:
             add(cpu_pretrain(workdir, a.steps))
     elif a.level >= 1:
-        from envbuilder.certify.pretrain import gpu_torch_pretrain, mcore_pretrain, nemo_smoke
+        from envbuilder.certify.pretrain import gpu_torch_pretrain, mbridge_smoke, mcore_pretrain, nemo_smoke
 
         if want("driver"):
             add(check_driver(exp, facts))
@@ -102,6 +102,8 @@ def run_checks(a: argparse.Namespace, workdir: Path) -> tuple[list[Check], dict,
                 add(mcore_pretrain(exp, workdir, a.steps))
             if want("nemo"):
                 add(nemo_smoke(exp, workdir, a.steps))
+            if want("mbridge"):
+                add(mbridge_smoke(exp, workdir, a.steps))
     if a.level >= 2:
         from envbuilder.certify.pretrain import run_parallel_variants
 

@@ -27,6 +27,7 @@ class Expectations:
     packages: dict[str, str] = field(default_factory=dict)
     target: dict[str, Any] = field(default_factory=dict)
     nemo_locked: bool = False
+    mbridge_locked: bool = False
     skip_imports: list[str] = field(default_factory=list)
     #: [{"names": [...], "bf16_dense_tflops": float}] from matrices/gpus.toml, for % of datasheet
     datasheet: list[dict[str, Any]] = field(default_factory=list)
@@ -70,6 +71,7 @@ def load_expectations(path: Path | None) -> Expectations:
         packages={normalize(k): str(v) for k, v in data.get("packages", {}).items()},
         target=dict(data.get("target", {})),
         nemo_locked=bool(data.get("nemo_locked", False)),
+        mbridge_locked=bool(data.get("mbridge_locked", False)),
         skip_imports=list(data.get("skip_imports", [])),
         datasheet=list(data.get("datasheet", [])),
         artifact=dict(data.get("artifact", {})),

@@ -115,6 +115,11 @@ def read_lock(lockdir: Path, strict: bool = True) -> LockBinding:
     return LockBinding(sha256_file(lockdir / "uv.lock"), None)
 
 
+def framework_flags(packages: dict[str, str]) -> dict[str, bool]:
+    """Which framework recipe smokes level 1 runs: those whose distribution the lock installs."""
+    return {"nemo_locked": "nemo-toolkit" in packages, "mbridge_locked": "megatron-bridge" in packages}
+
+
 def expectations_from_lock(lockdir: Path, *, uv_bin: str, matrices: Path, artifact: dict[str, Any],
                            python: str | None = None, strict: bool = True) -> dict[str, Any]:
     lock = read_lock(lockdir, strict)
@@ -134,7 +139,7 @@ def expectations_from_lock(lockdir: Path, *, uv_bin: str, matrices: Path, artifa
             "cuda": target.cuda if target else None, "min_driver": target.min_driver if target else None,
             "cxx11_abi": torch_cxx11_abi(matrices, torch_v), "arch_list": arch,
         },
-        "nemo_locked": "nemo-toolkit" in packages,
+        **framework_flags(packages),
         "skip_imports": [],
         "datasheet": datasheet(matrices),
         "artifact": artifact,
@@ -145,5 +150,5 @@ def expectations_without_lock(*, matrices: Path, artifact: dict[str, Any],
                               target: dict[str, Any] | None = None) -> dict[str, Any]:
     """No lock: drift and imports are skipped; the certificate binds to no lock (lock_sha256 null)."""
     return {"schema": EXPECT_SCHEMA, "lock_sha256": None, "row": None, "packages": {},
-            "target": dict(target or {}), "nemo_locked": False, "skip_imports": [],
+            "target": dict(target or {}), **framework_flags({}), "skip_imports": [],
             "datasheet": datasheet(matrices), "artifact": artifact}

@@ -83,6 +83,19 @@ def nemo_smoke(exp: Expectations, workdir: Path, steps: int) -> Check:
     return judge_run(name, 1, run)
 
 
+def mbridge_smoke(exp: Expectations, workdir: Path, steps: int) -> Check:
+    """Megatron-Bridge's Qwen2.5 pretrain recipe, shrunk (envbuilder/certify/mbridge_smoke.py)."""
+    name = "pretrain:mbridge-recipe"
+    if not exp.mbridge_locked:
+        return Check(name, 1, SKIPPED, None, RULE_TEXT, detail="not exercised: megatron-bridge is not locked")
+    if not _has("megatron.bridge"):
+        return Check(name, 1, FAIL, None, RULE_TEXT, detail="megatron.bridge is not importable",
+                     advice="megatron-bridge is locked but not installed; fix: rebuild the environment")
+    run = run_worker("envbuilder.certify.mbridge_smoke", [f"--steps={steps}"], 1, workdir, "mbridge-recipe",
+                     timeout_s=600)
+    return judge_run(name, 1, run)
+
+
 def nccl_check(workdir: Path, nproc: int) -> Check:
     run = run_worker("envbuilder.certify.nccl_probe", [], nproc, workdir, f"nccl-{nproc}gpu", timeout_s=300)
     thr = f"correct sum; best bus bandwidth >= {NCCL_MIN_BUSBW_GBPS:g} GB/s"

@@ -58,7 +58,7 @@ def _print_table(cert: dict[str, Any]) -> None:
               help="0: drift/imports/torch build; 1: + GPU kernels, GEMM, tiny pretrain; 2: + NCCL, parallel.")
 @click.option("--cpu", is_flag=True, help="No GPU: level 0 plus a torch-only GPT pretrain on CPU (gloo, DP=2).")
 @click.option("--only", default="", help="Comma-separated check groups (drift,imports,torch-build,driver,arch,"
-              "kernels,gemm,pretrain,mcore,nemo,nccl,parallel).")
+              "kernels,gemm,pretrain,mcore,nemo,mbridge,nccl,parallel).")
 @click.option("--steps", type=click.IntRange(5, 10000), default=30, show_default=True)
 @click.option("--gpus", type=click.IntRange(0), default=0, help="Level 2: GPUs to use (default: all visible).")
 @click.option("--interpreter", default="python", show_default=True, metavar="PATH",
