@@ -199,3 +199,19 @@ def test_kernel_error_codes_in_their_range_and_distinct() -> None:
     assert len(codes) == len(set(codes))
     ours = [c for c in all_error_classes() if c.__module__ == "envbuilder.errors" and 60 <= c.exit_code <= 69]
     assert len(ours) == 10
+
+
+def test_cudnn_headers_of_the_build_interpreter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An nvidia-cudnn wheel's include dir (found on the interpreter's sys.path) reaches the compiler's
+    CPLUS_INCLUDE_PATH, after what the user set; nothing is added when there is none."""
+    import sys
+
+    from envbuilder.kernels.pipeline import cudnn_include_dirs
+
+    inc = tmp_path / "site" / "nvidia" / "cudnn" / "include"
+    inc.mkdir(parents=True)
+    assert cudnn_include_dirs(sys.executable) == [] or all("cudnn" in d for d in cudnn_include_dirs(sys.executable))
+    (inc / "cudnn.h").write_text("/* header */\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
+    assert str(inc) in cudnn_include_dirs(sys.executable)
+    assert cudnn_include_dirs(str(tmp_path / "no-python")) == []

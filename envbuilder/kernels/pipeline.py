@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import tarfile
 import tempfile
 import time
@@ -237,6 +238,28 @@ def _choose_torch(opts: WheelsOptions, lockdir: Path, record: LockRecord, cache:
     return sync_stage1_venv(lockdir, record, venv, progress, opts.ca_bundle, skip=to_build)
 
 
+_CUDNN_HEADERS = r"""
+import json, os, sys
+found = []
+for entry in sys.path:
+    d = os.path.join(entry, "nvidia", "cudnn", "include")
+    if os.path.isfile(os.path.join(d, "cudnn.h")) and d not in found:
+        found.append(d)
+print(json.dumps(found))
+"""
+
+
+def cudnn_include_dirs(interpreter: str) -> list[str]:
+    """cuDNN headers of the build interpreter's nvidia-cudnn wheel. transformer-engine-torch includes
+    cudnn.h but, when a CUDA toolkit is installed, adds only the toolkit's include directory, which has no
+    cuDNN unless the OS package is there (NGC images have it; a toolkit beside pip's torch does not)."""
+    try:
+        out = subprocess.run([interpreter, "-c", _CUDNN_HEADERS], capture_output=True, text=True, timeout=60)
+        return [str(d) for d in json.loads(out.stdout.strip() or "[]")]
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return []
+
+
 def _build_env(record: LockRecord, opts: WheelsOptions, facts: TorchFacts, knob_env: dict[str, str],
                force_var: str | None, jobs: int) -> dict[str, str]:
     env = dict(os.environ)
@@ -251,6 +274,10 @@ def _build_env(record: LockRecord, opts: WheelsOptions, facts: TorchFacts, knob_
         env["PATH"] = f"{opts.cuda_home}/bin{os.pathsep}{env.get('PATH', '')}"
     bindir = str(Path(facts.interpreter).parent)
     env["PATH"] = f"{bindir}{os.pathsep}{env.get('PATH', '')}"  # the venv's ninja, cmake
+    for var in ("CPLUS_INCLUDE_PATH", "C_INCLUDE_PATH"):  # after every -I: the toolkit's headers still win
+        dirs = [d for d in env.get(var, "").split(os.pathsep) if d] + cudnn_include_dirs(facts.interpreter)
+        if dirs:
+            env[var] = os.pathsep.join(dict.fromkeys(dirs))
     env.setdefault("SOURCE_DATE_EPOCH", str(record.source_date_epoch or 315532800))
     return env
 
