@@ -215,3 +215,38 @@ def test_cudnn_headers_of_the_build_interpreter(tmp_path: Path, monkeypatch: pyt
     monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
     assert str(inc) in cudnn_include_dirs(sys.executable)
     assert cudnn_include_dirs(str(tmp_path / "no-python")) == []
+
+
+def test_parallel_builds_share_the_cores_and_keep_the_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--parallel N: N packages compile at once, each with its share of the default MAX_JOBS; the reports
+    keep the lock's order whatever finishes first. (build_one is replaced: this checks the scheduling only;
+    the real builds run in test_bundle_integration and on the GPU machines.)"""
+    import threading
+    import time as _time
+
+    from envbuilder.kernels import pipeline
+
+    running, peak, lock = [0], [0], threading.Lock()
+    seen: dict[str, int | None] = {}
+
+    def fake_build(name: str, files: object, record: object, facts: object, archs: object, opts: object,
+                   *rest: object) -> str:
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        seen[name] = opts.jobs  # type: ignore[attr-defined]
+        _time.sleep({"a": 0.3, "b": 0.1, "c": 0.2}[name])
+        with lock:
+            running[0] -= 1
+        return name
+
+    monkeypatch.setattr(pipeline, "build_one", fake_build)
+    monkeypatch.setattr(pipeline, "default_jobs", lambda name: 16)
+    todo = [("a", None), ("b", None), ("c", None)]
+    opts = pipeline.WheelsOptions(lockdir=Path("."), output=Path("."), parallel=3)
+    got = pipeline._build_all(todo, None, None, None, opts, Path("."), None, Path("."), lambda _: None)  # type: ignore[arg-type]
+    assert got == ["a", "b", "c"] and peak[0] == 3 and set(seen.values()) == {5}
+    running[0] = peak[0] = 0
+    opts = pipeline.WheelsOptions(lockdir=Path("."), output=Path("."), parallel=1)
+    pipeline._build_all(todo, None, None, None, opts, Path("."), None, Path("."), lambda _: None)  # type: ignore[arg-type]
+    assert peak[0] == 1 and set(seen.values()) == {None}  # sequential: build_one picks its own default
