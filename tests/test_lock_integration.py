@@ -123,3 +123,25 @@ def test_release_2604_locks_megatron_bridge_stack(tmp_path: Path) -> None:
     assert locked["torch"] == "2.11.0" and locked["transformer-engine-torch"] == "2.14.0"
     assert locked["mamba-ssm"] == "2.3.1" and locked["causal-conv1d"] == "1.6.1"
     assert "flash-attn" not in locked and "nemo-toolkit" not in locked
+    # torch 2.11.0 pins cuBLAS 13.1 (via cuda-toolkit 13.0.2), which TE 2.14's core library cannot load
+    # with: the row's override makes uv lock the CUDA 13.1 line's cuBLAS instead
+    assert "nvidia-cublas>=13.2,<13.3" in (out / "pyproject.toml").read_text()
+    assert locked["nvidia-cublas"].startswith("13.2.")
+    assert record["provenance"]["nvidia-cublas"].startswith("matrix:nemo.toml#26.04.override_dependencies")
+
+
+def test_release_2606_locks_for_its_containers_glibc_by_default(tmp_path: Path) -> None:
+    """26.06 only locks on glibc 2.39 (NVRX 0.6.0 is manylinux_2_39 only): the row's glibc is the default."""
+    out = tmp_path / "lk"
+    proc = subprocess.run([sys.executable, "-m", "envbuilder", "lock", "--release", "26.06", "--no-detect",
+                           "-o", str(out), "--json"], capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = json.loads(proc.stdout)["record"]
+    assert record["inputs"]["glibc"] == "2.39" and record["target"]["glibc"] == "2.39"
+    assert record["provenance"]["glibc"] == "matrix:nemo.toml#26.06.glibc"
+    locked = {p.name: p.version for p in read_uv_lock(out / "uv.lock")}
+    assert locked["nvidia-resiliency-ext"] == "0.6.0" and locked["nvidia-cublas"].startswith("13.2.")
+    # an explicit --glibc still wins, and 2.35 cannot lock this row
+    bad = subprocess.run([sys.executable, "-m", "envbuilder", "lock", "--release", "26.06", "--no-detect",
+                          "--glibc", "2.35", "-o", str(tmp_path / "old")], capture_output=True, text=True, timeout=1500)
+    assert bad.returncode != 0 and "manylinux_2_39" in bad.stderr and not (tmp_path / "old" / "uv.lock").exists()

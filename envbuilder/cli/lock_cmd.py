@@ -22,7 +22,7 @@ from envbuilder.host.torchprobe import probe_torch, read_torch_facts
 from envbuilder.lock import LockOptions, run_lock
 from envbuilder.lock.batch import DEFAULT_JOBS
 from envbuilder.matrix import load_matrix
-from envbuilder.resolve import ResolveRequest, parse_set
+from envbuilder.resolve import ResolveRequest, lock_glibc, parse_set
 from envbuilder.resolve.host import host_facts
 
 
@@ -76,8 +76,9 @@ def _relock_command(out: Path) -> str:
               help="With --mode host-torch, instead of --interpreter: the JSON that "
                    "`python -m envbuilder.host.torchprobe` printed on the target (lock on a machine with network "
                    "for a torch that only the target has).")
-@click.option("--glibc", default="2.35", show_default=True,
-              help="glibc of the target base OS (2.35 Ubuntu 22.04, 2.36 Debian 12, 2.39 Ubuntu 24.04).")
+@click.option("--glibc", default=None,
+              help="glibc of the target base OS (2.35 Ubuntu 22.04, 2.36 Debian 12, 2.39 Ubuntu 24.04). "
+                   "Default: the row's (its container's base OS, for rows that lock only there), else 2.35.")
 @click.option("--allow-minor-compat", is_flag=True,
               help="Accept a driver older than the CUDA minimum when CUDA minor-version compatibility covers it.")
 @click.option("--find-links", multiple=True, type=click.Path(path_type=Path),
@@ -95,7 +96,7 @@ def _relock_command(out: Path) -> str:
 def lock(nemo: str | None, release: str | None, mbridge: str | None, all_rows: bool, jobs: int | None,
          online: bool, output: Path | None, python: str | None, cuda: str | None, torch: str | None,
          torch_index: str, driver: str | None, gpu: str | None, sm: str | None, no_detect: bool,
-         sets: tuple[str, ...], source: str, mode: str, glibc: str, allow_minor_compat: bool,
+         sets: tuple[str, ...], source: str, mode: str, glibc: str | None, allow_minor_compat: bool,
          interpreter: Path | None, host_torch_facts: Path | None, find_links: tuple[Path, ...],
          ca_bundle: Path | None, allow_source_build: bool,
          check: bool, no_wait: bool, as_json: bool, timings: bool) -> None:
@@ -118,9 +119,11 @@ def lock(nemo: str | None, release: str | None, mbridge: str | None, all_rows: b
     def request(tag: str, option: str | None = None) -> ResolveRequest:
         row = matrix.find_row(name=tag)
         option = option or ("release" if row is not None and row.nemo is None else "nemo")
+        target_glibc, glibc_from_row = lock_glibc(matrix, tag, option, glibc)
         return ResolveRequest(row=tag, row_option=option, python=python, cuda=cuda, torch=torch,
                               torch_index=torch_index, overrides=parse_set(sets), source=source, mode=mode,
-                              glibc=glibc, host=host, allow_minor_compat=allow_minor_compat,
+                              glibc=target_glibc, glibc_from_row=glibc_from_row, host=host,
+                              allow_minor_compat=allow_minor_compat,
                               source_build="allow" if allow_source_build else "forbid", host_torch=host_torch)
 
     base = LockOptions(output=output or Path("locks"), check=check, ca_bundle=ca_bundle,

@@ -246,7 +246,8 @@ def _lock_into(matrix: Matrix, req: ResolveRequest, opts: LockOptions, res: Reso
             progress(f"{name}: using local wheel {whl.name}")
 
         seeded = opts.reuse_lock and is_lock_dir(real) and seed_from(real, staging)
-        cutoff = source_date_epoch(res.exclude_newer) if res.exclude_newer else 0
+        # a per-package cutoff later than the row's moves the date cached index pages must postdate
+        cutoff = source_date_epoch(res.latest_cutoff) if res.exclude_newer else 0
         offline, online_reason = True, ""
         uv_log = ""
         derived = derive_uncovered(matrix, res, opts.ca_bundle, progress)

@@ -13,6 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
@@ -31,6 +32,8 @@ from envbuilder.matrix.model import (
     Location,
     Matrix,
     Note,
+    OverrideDependency,
+    PackageCutoff,
     PythonRequirement,
     Release,
     TorchInfo,
@@ -181,6 +184,10 @@ def _check_any(v: Any) -> str | None:
     return None
 
 
+def _check_glibc(v: Any) -> str | None:
+    return None if re.fullmatch(r"2\.\d+", str(v)) else f"'{v}' is not a glibc version (like '2.39')"
+
+
 Check = Callable[[Any], "str | None"]
 
 RELEASE_CHECKS: dict[str, Check] = {f: _check_version for f in VERSION_FIELDS}
@@ -188,7 +195,7 @@ RELEASE_CHECKS.update({
     "release_date": _check_date, "exclude_newer": _check_date, "python": _check_specifier,
     "cuda": _check_cuda, "container": _check_str, "torch_cuda_variant": _check_str, "cudnn": _check_str,
     "container_torch": _check_str, "container_cuda": _check_version, "container_cudnn": _check_str,
-    "cuda_toolkit": _check_version,
+    "cuda_toolkit": _check_version, "glibc": _check_glibc,
 })
 
 
@@ -273,11 +280,34 @@ def _load_releases(f: _File) -> list[Release]:
                 raise f.error("release", i, "drop_packages", "each entry needs package, text and source",
                               'write { package = "name", text = "why", source = "..." }')
             dropped.append(DroppedPackage(str(d["package"]), str(d["text"]), str(d["source"])))
+        forced = []
+        for o in row.get("override_dependencies", []):
+            if not isinstance(o, dict) or not o.get("requirement") or not o.get("text") or not o.get("source"):
+                raise f.error("release", i, "override_dependencies", "each entry needs requirement, text and source",
+                              'write { requirement = "name>=1.2", text = "why", source = "..." }')
+            try:
+                Requirement(str(o["requirement"]))
+            except InvalidRequirement as exc:
+                raise f.error("release", i, "override_dependencies",
+                              f"'{o['requirement']}' is not a PEP 508 requirement ({exc})",
+                              'write it like "nvidia-cublas>=13.2,<13.3"') from exc
+            forced.append(OverrideDependency(str(o["requirement"]), str(o["text"]), str(o["source"])))
+        cutoffs = []
+        for c in row.get("exclude_newer_package", []):
+            if not isinstance(c, dict) or not all(c.get(k) for k in ("package", "value", "text", "source")):
+                raise f.error("release", i, "exclude_newer_package", "each entry needs package, value, text and source",
+                              'write { package = "name", value = "2025-10-30T00:00:00Z", text = "why", '
+                              'source = "..." }')
+            problem = _check_date(c["value"])
+            if problem:
+                raise f.error("release", i, "exclude_newer_package", problem, "write an RFC 3339 UTC date")
+            cutoffs.append(PackageCutoff(str(c["package"]), str(c["value"]), str(c["text"]), str(c["source"])))
         out.append(Release.from_facts(
             name, facts, nemo=nemo, notes=tuple(notes), prefer=row.get("prefer"),
             test_only=bool(row.get("test_only", False)), stage1_extra=tuple(str(x) for x in extra),
             stage2_env=dict(env), location=Location(f.path.name, f.row_line("release", i)),
             package_names=dict(names), nemo_extras=tuple(extras), drop_packages=tuple(dropped),
+            override_dependencies=tuple(forced), exclude_newer_package=tuple(cutoffs),
         ))
     return out
 

@@ -48,6 +48,32 @@ class DroppedPackage:
 
 
 @dataclass(frozen=True)
+class OverrideDependency:
+    """A requirement a lock forces over every other package's own pin (uv `override-dependencies`),
+    because the pins upstream publishes do not work together (each entry says why)."""
+
+    requirement: str  # a PEP 508 requirement, e.g. "nvidia-cublas>=13.2,<13.3"
+    text: str
+    source: str
+
+    @property
+    def package(self) -> str:
+        m = re.match(r"[A-Za-z0-9_.\-]+", self.requirement)
+        return (m.group(0) if m else self.requirement).lower().replace("_", "-")
+
+
+@dataclass(frozen=True)
+class PackageCutoff:
+    """A later exclude-newer for one package (uv `exclude-newer-package`), where the row's cutoff
+    leaves no usable release of it (e.g. every release before it was yanked)."""
+
+    package: str
+    value: str  # RFC 3339 UTC
+    text: str
+    source: str
+
+
+@dataclass(frozen=True)
 class Location:
     file: str
     line: int
@@ -64,11 +90,16 @@ ROW_FACTS = (
     "nemo_run", "lightning", "exclude_newer",
 )
 # Facts a row may leave out: Megatron-Bridge (rows built around it), the container's own stack,
-# and the exact CUDA toolkit release the hermetic torch wheel bundles.
-OPTIONAL_ROW_FACTS = ("megatron_bridge", "container_torch", "container_cuda", "container_cudnn", "cuda_toolkit")
+# the exact CUDA toolkit release the hermetic torch wheel bundles, and the glibc a lock targets
+# by default (the container's base OS) where 2.35 cannot lock the row.
+OPTIONAL_ROW_FACTS = ("megatron_bridge", "container_torch", "container_cuda", "container_cudnn", "cuda_toolkit",
+                      "glibc")
 NOT_RECORDED = Fact(UNKNOWN, "not recorded for this row")
 NOT_IN_ROW = Fact(NONE, "not part of this row")
 CONTAINER_PREFIX = "nvcr.io/nvidia/nemo:"
+# The glibc a lock targets when neither --glibc nor the row says: Ubuntu 22.04's, so the lock's
+# wheels also install on every newer base (Debian 12: 2.36, Ubuntu 24.04: 2.39).
+DEFAULT_GLIBC = Fact("2.35", "envbuilder default (Ubuntu 22.04); a lock for an older glibc installs on newer ones")
 
 
 @dataclass(frozen=True)
@@ -98,6 +129,7 @@ class Release:
     container_cuda: Fact = NOT_RECORDED  # full toolkit version, e.g. 13.1.1
     container_cudnn: Fact = NOT_RECORDED
     cuda_toolkit: Fact = NOT_RECORDED  # the hermetic wheel's toolkit release, e.g. 13.0.2
+    glibc: Fact = NOT_RECORDED  # default `lock --glibc` for this row; unrecorded rows use DEFAULT_GLIBC
     nemo: str | None = None  # the NeMo tag of a NeMo row
     notes: tuple[Note, ...] = ()
     prefer: str | None = None
@@ -110,6 +142,10 @@ class Release:
     nemo_extras: tuple[str, ...] = ("all",)
     # packages left out of a hermetic lock (rendered as never-installed overrides), each with why
     drop_packages: tuple[DroppedPackage, ...] = ()
+    # requirements forced over upstream pins (rendered as uv override-dependencies), each with why
+    override_dependencies: tuple[OverrideDependency, ...] = ()
+    # per-package exceptions to exclude_newer (rendered as uv exclude-newer-package), each with why
+    exclude_newer_package: tuple[PackageCutoff, ...] = ()
     # fields the matrix file wrote (an optional fact left out is not part of the lock's inputs)
     recorded: frozenset[str] = frozenset(ROW_FACTS)
 
@@ -131,6 +167,11 @@ class Release:
             raise KeyError(name)
         value: Fact = getattr(self, name)
         return value
+
+    @property
+    def default_glibc(self) -> Fact:
+        """The glibc `lock` targets for this row unless --glibc says otherwise."""
+        return self.glibc if self.glibc.known else DEFAULT_GLIBC
 
     @property
     def label(self) -> str:

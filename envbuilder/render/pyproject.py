@@ -85,12 +85,15 @@ def _wheel_with_unknown_metadata(matrix: Matrix, name: str) -> bool:
             and (requires is None or not requires.known))
 
 
+def _utc_text(date: str) -> str:
+    return datetime.fromisoformat(date.replace("Z", "+00:00")).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def exclude_newer_value(res: Resolution) -> str | None:
     try:
-        dt = datetime.fromisoformat(res.exclude_newer.replace("Z", "+00:00"))
+        return _utc_text(res.exclude_newer)
     except ValueError:
         return None
-    return dt.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def render_pyproject(res: Resolution, matrix: Matrix, constraints: list[str] | None = None,
@@ -128,6 +131,11 @@ def render_pyproject(res: Resolution, matrix: Matrix, constraints: list[str] | N
     en = exclude_newer_value(res)
     if en:
         uv["exclude-newer"] = en
+    if res.exclude_newer_package:
+        # the row's exceptions: packages whose only usable release came after the row's cutoff
+        later = tomlkit.inline_table()
+        later.update({name: _utc_text(date) for name, date in res.exclude_newer_package})
+        uv["exclude-newer-package"] = later
     uv["environments"] = _array(ENVIRONMENTS, multiline=False)
     if stage2:
         uv["no-build-isolation-package"] = _array(sorted(p.name for p in stage2))
@@ -141,8 +149,10 @@ def render_pyproject(res: Resolution, matrix: Matrix, constraints: list[str] | N
     elif res.mode == "host-torch" and res.host_torch is not None:
         kept = sorted(set(res.host_torch.present) | {"torch"})
     never = [*kept, *(n for n in res.dropped if n not in kept)]
-    if never:
-        uv["override-dependencies"] = _array([f"{n}; sys_platform == 'never'" for n in never])
+    overrides = [f"{n}; sys_platform == 'never'" for n in never]
+    overrides += res.override_dependencies  # the row's fixes of upstream pins that do not work together
+    if overrides:
+        uv["override-dependencies"] = _array(overrides)
 
     sources = tomlkit.table()
     if res.torch_index and res.mode not in ("ngc-base", "host-torch"):

@@ -36,6 +36,7 @@ class ResolveRequest:
     source: str = "pypi"
     mode: str = "hermetic"
     glibc: str = "2.35"
+    glibc_from_row: bool = False  # glibc is the row's default (its container's base OS), not --glibc
     host: HostFacts = field(default_factory=HostFacts)
     allow_minor_compat: bool = False
     row_option: str = "nemo"  # which of ROW_OPTIONS `row` is

@@ -7,6 +7,7 @@ passes, adds a warning, or raises ResolveConflictError naming both sides and a f
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from datetime import datetime
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
@@ -64,9 +65,25 @@ class Resolution:
     dropped: tuple[str, ...] = ()  # packages the lock must never install (matrix drop_packages)
     prebuilt: tuple[PrebuiltVerdict, ...] = ()  # per stage-2 kernel package: is there a prebuilt wheel
     host_torch: HostTorch | None = None  # --mode host-torch
+    # requirements forced over every package's own pin (uv override-dependencies), from the row
+    override_dependencies: tuple[str, ...] = ()
+    # per-package exclude-newer exceptions from the row: (package, RFC 3339 date)
+    exclude_newer_package: tuple[tuple[str, str], ...] = ()
 
     def stage(self, n: int) -> list[Pin]:
         return [p for _, p in sorted(self.pins.items()) if p.stage == n]
+
+    @property
+    def latest_cutoff(self) -> str:
+        """The newest upload date any package of this lock may have (the row's cutoff, or a later
+        per-package one): index data fetched after it is complete for this lock."""
+        if not self.exclude_newer_package:
+            return self.exclude_newer
+        return max((self.exclude_newer, *(d for _, d in self.exclude_newer_package)), key=_utc)
+
+
+def _utc(date: str) -> datetime:
+    return datetime.fromisoformat(date.replace("Z", "+00:00"))
 
 
 
@@ -98,6 +115,37 @@ def find_row(matrix: Matrix, key: str, option: str = "nemo") -> Release:
         raise UnknownTagError(f"unknown {what} '{key}'; known: {', '.join(dict.fromkeys(known))}",
                               "pick a row from `envbuilder matrix list`")
     return row
+
+
+def lock_glibc(matrix: Matrix, key: str, option: str, given: str | None) -> tuple[str, bool]:
+    """The glibc a lock targets, and whether it is the row's: --glibc when given, else the row's
+    `glibc` (its container's base OS, for rows that lock only there), else 2.35."""
+    if given:
+        return given, False
+    row = find_row(matrix, key, option)
+    return str(row.default_glibc.value), row.glibc.known
+
+
+def _forced_requirements(row: Release, req: ResolveRequest, warnings: list[str], provenance: dict[str, str],
+                         notes: list[Note]) -> tuple[str, ...]:
+    """The row's override_dependencies, each recorded with its provenance and why.
+
+    --mode host-torch keeps the interpreter's torch and the CUDA libraries it brings, so an
+    override of one of those cannot take effect: the user is told what to fix in that interpreter.
+    """
+    if req.mode == "host-torch":
+        ht = req.host_torch
+        for o in row.override_dependencies:
+            warnings.append(
+                f"{row.label} needs {o.requirement}, which --mode host-torch cannot install: the interpreter's torch "
+                f"{ht.torch if ht else ''} brings its own {o.package}. {o.text} Fix: in that interpreter, "
+                f"pip install '{o.requirement}', or preload a newer build of the library (LD_PRELOAD).")
+        return ()
+    for o in row.override_dependencies:
+        provenance[o.package] = f"{_prov(row, 'override_dependencies')} ({o.requirement})"
+        notes.append(Note("info", f"The lock overrides every pin of {o.package} with {o.requirement}: {o.text}",
+                          o.source))
+    return tuple(o.requirement for o in row.override_dependencies)
 
 
 def _check_overrides(req: ResolveRequest) -> dict[str, str]:
@@ -469,6 +517,14 @@ def resolve(matrix: Matrix, req: ResolveRequest) -> Resolution:
         warnings.append(f"{drop.package} is left out: {drop.text}")
     if row.prefer:
         warnings.append(f"{row.label} is superseded: prefer --nemo {row.prefer}")
+    notes = list(row.notes)
+    forced = _forced_requirements(row, req, warnings, provenance, notes)
+    if req.glibc_from_row:
+        provenance["glibc"] = _prov(row, "glibc")
+    for c in row.exclude_newer_package:
+        provenance[c.package] = f"{_prov(row, 'exclude_newer_package')} ({c.value})"
+        notes.append(Note("info", f"{c.package} may be newer than the row's cutoff (up to {c.value}): {c.text}",
+                          c.source))
 
     return Resolution(
         row=row.name, mode=req.mode, source=req.source, python=python, requires_python=requires_python,
@@ -478,8 +534,9 @@ def resolve(matrix: Matrix, req: ResolveRequest) -> Resolution:
         exclude_newer=str(row.exclude_newer.value), pins=dict(sorted(pins.items())),
         omitted=dict(sorted(omitted.items())),
         stage1_extra=row.stage1_extra, stage2_env=dict(sorted(row.stage2_env.items())),
-        provenance=dict(sorted(provenance.items())), warnings=tuple(warnings), notes=row.notes,
+        provenance=dict(sorted(provenance.items())), warnings=tuple(warnings), notes=tuple(notes),
         sm=sm, driver=req.host.driver, host_origin=req.host.origin, nemo_extras=row.nemo_extras,
         dropped=tuple(sorted(d.package for d in row.drop_packages)), prebuilt=prebuilt,
-        host_torch=req.host_torch,
+        host_torch=req.host_torch, override_dependencies=forced,
+        exclude_newer_package=tuple(sorted((c.package, c.value) for c in row.exclude_newer_package)),
     )
