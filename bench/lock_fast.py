@@ -3,7 +3,10 @@
     .venv/bin/python bench/lock_fast.py --nemo v2.3.0 --rounds 5 [--all-rows]
 
 Measures, with the same uv binary and uv cache, alternating the contenders each round:
-  * raw `uv lock --check` in an up-to-date lock directory (the floor),
+  * raw `uv lock --check` in an up-to-date lock directory, as a user runs it there (uv finds its
+    interpreter itself: on a pyenv host that runs a shell shim and a Python start-up each time),
+  * raw `uv lock --check --python <this Python>`: the same with the interpreter named, as
+    envbuilder runs uv when its own Python fits the row (the floor without uv's search),
   * interpreter start-up: `python -m envbuilder --version` (what any envbuilder command pays),
   * `envbuilder lock --nemo TAG -o DIR --check` on that directory (seeded: uv validates),
   * `envbuilder lock --nemo TAG -o NEWDIR` of an already-locked row into a new directory
@@ -68,10 +71,11 @@ def main() -> None:
         ref = work / "ref"
         timed([*lock, "--nemo", args.nemo, "-o", str(ref), "--json"], REPO)  # warms cache and bytecode
         timed([*envb, "--version"], REPO)
-        raw_check, startup, envb_check, new_dir = [], [], [], []
+        raw_check, raw_named, startup, envb_check, new_dir = [], [], [], [], []
         offline_flags = []
         for i in range(args.rounds):
             raw_check.append(timed([uv_binary(), "lock", "--check"], ref)[0])
+            raw_named.append(timed([uv_binary(), "lock", "--check", "--python", sys.executable], ref)[0])
             startup.append(timed([*envb, "--version"], REPO)[0])
             envb_check.append(timed([*lock, "--nemo", args.nemo, "-o", str(ref), "--check"], REPO)[0])
             out = work / f"new{i}"
@@ -88,8 +92,12 @@ def main() -> None:
             "envbuilder_check_s": med(envb_check),
             "check_target_s": round(1.5 * med(raw_check) + med(startup), 3),
             "check_ratio_vs_raw_plus_startup": round(med(envb_check) / (med(raw_check) + med(startup)), 3),
+            "raw_uv_lock_check_named_python_s": med(raw_named),
+            "check_ratio_vs_named_python_raw_plus_startup": round(
+                med(envb_check) / (med(raw_named) + med(startup)), 3),
             "lock_into_new_dir_s": med(new_dir), "new_dir_resolved_offline": offline_flags,
             "all_runs": {"raw_check": [round(x, 3) for x in raw_check], "startup": [round(x, 3) for x in startup],
+                         "raw_check_named_python": [round(x, 3) for x in raw_named],
                          "envbuilder_check": [round(x, 3) for x in envb_check],
                          "new_dir": [round(x, 3) for x in new_dir]},
         }
@@ -117,6 +125,7 @@ def main() -> None:
         result["loadavg_before"] = [round(x, 2) for x in load_before]
         result["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
         result["cpus"] = os.cpu_count()
+        result["python3_on_path"] = shutil.which("python3")  # a pyenv shim makes uv's own search slow
         print(json.dumps(result, indent=2, sort_keys=True))
     finally:
         shutil.rmtree(work, ignore_errors=True)

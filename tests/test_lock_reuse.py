@@ -18,6 +18,7 @@ import pytest
 from envbuilder.errors import UvError
 from envbuilder.lock import LockOptions, run_lock
 from envbuilder.lock.batch import lock_all
+from envbuilder.lock.interpreter import interpreter_for
 from envbuilder.lock.reuse import lock_offline_first, seed_from, stale_pages
 from envbuilder.lock.uvlock import _parse_toml, locked_versions, read_uv_lock
 from envbuilder.matrix import load_matrix
@@ -300,3 +301,114 @@ def test_sdist_reading_is_remembered_only_inside_the_sdist_cache(tmp_path: Path,
     make(elsewhere, ["k-1/PKG-INFO"])
     read_sdist(elsewhere)
     assert sorted(p.name for p in elsewhere.parent.iterdir()) == ["k-1.tar.gz"]  # no side file for the user
+
+
+# --- which interpreter uv lock runs with ----------------------------------------------------------------
+
+MINOR = f"{sys.version_info[0]}.{sys.version_info[1]}"
+
+
+def _interpreter_world(tmp: Path, monkeypatch: pytest.MonkeyPatch, working_python3: bool) -> Path:
+    """A PATH holding only what we put there, a pyenv root with one real interpreter, no uv-managed ones.
+
+    The broken `pythonX.Y` is what an installed-but-inactive pyenv shim does when run (exit 127):
+    it stops uv's own search. The working interpreter is this test's own Python (no other exists
+    for sure on a fresh CI host); returns the path envbuilder should find for it.
+    """
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir()
+    shim = bin_dir / f"python{MINOR}"
+    shim.write_text(f"#!/bin/sh\necho 'pyenv: python{MINOR}: command not found' >&2\nexit 127\n")
+    shim.chmod(0o755)
+    real = Path(os.path.realpath(sys.executable))
+    if working_python3:
+        (bin_dir / "python3").symlink_to(real)
+    found = tmp / "pyenv" / "versions" / "x" / "bin" / f"python{MINOR}"
+    found.parent.mkdir(parents=True)
+    found.symlink_to(real)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.setenv("PYENV_ROOT", str(tmp / "pyenv"))
+    monkeypatch.setenv("UV_PYTHON_INSTALL_DIR", str(tmp / "uv-python"))
+    monkeypatch.delenv("UV_PYTHON", raising=False)
+    monkeypatch.setattr("tempfile.tempdir", str(tmp))  # where a failed uv run would leave its log
+    project = tmp / "project"
+    project.mkdir()
+    (project / "pyproject.toml").write_text(
+        f'[project]\nname = "x"\nversion = "0"\nrequires-python = "=={MINOR}.*"\ndependencies = []\n')
+    return found
+
+
+def _not_running_in_range(monkeypatch: pytest.MonkeyPatch) -> None:
+    """envbuilder itself runs on a Python outside the row's range (e.g. 3.11 for a 3.12-only row).
+
+    A CI host is not sure to have two Python versions, so the one we have stands for the other
+    interpreter and envbuilder's own is declared out of range.
+    """
+    from envbuilder.lock import pipeline
+
+    monkeypatch.setattr(pipeline, "own_interpreter", lambda requires_python: None)
+
+
+def test_uv_lock_runs_with_envbuilders_own_python_without_searching(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from envbuilder.lock import pipeline
+
+    # only a broken shim on PATH: had uv searched, it would have failed
+    _interpreter_world(tmp_path, monkeypatch, working_python3=False)
+    monkeypatch.setattr(pipeline, "interpreter_for", lambda rp: pytest.fail("probed although our Python fits"))
+    said: list[str] = []
+    run, interpreter = pipeline._uv_lock(tmp_path / "project", CUTOFF, LockOptions(output=tmp_path / "out"),
+                                         f"=={MINOR}.*", None, said.append)
+    assert interpreter == sys.executable and run.resolved_offline and said == []
+    # UV_PYTHON is the user's choice: uv gets no --python (and here finds nothing it can run)
+    monkeypatch.setenv("UV_PYTHON", f"{tmp_path}/bin/python{MINOR}")
+    monkeypatch.setattr(pipeline, "interpreter_for", interpreter_for)  # which also leaves UV_PYTHON alone
+    with pytest.raises(UvError):
+        pipeline._uv_lock(tmp_path / "project", CUTOFF, LockOptions(output=tmp_path / "out"),
+                          f"=={MINOR}.*", None, said.append)
+
+
+def test_uv_lock_finds_an_interpreter_only_after_uv_could_not_start(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from envbuilder.lock.pipeline import _uv_lock
+
+    found = _interpreter_world(tmp_path, monkeypatch, working_python3=False)
+    _not_running_in_range(monkeypatch)
+    said: list[str] = []
+    opts = LockOptions(output=tmp_path / "out")
+    run, interpreter = _uv_lock(tmp_path / "project", CUTOFF, opts, f"=={MINOR}.*", None, said.append)
+    assert interpreter == str(found)
+    assert run.resolved_offline and (tmp_path / "project" / "uv.lock").is_file()
+    assert said == [f"uv lock runs with {found} (Python =={MINOR}.*)"]
+    assert not list(tmp_path.glob("envbuilder-uv-lock-*.log"))  # the first run's failure log is not left behind
+    # the next round reuses it without asking uv to search again
+    run, again = _uv_lock(tmp_path / "project", CUTOFF, opts, f"=={MINOR}.*", interpreter, said.append)
+    assert again == interpreter and len(said) == 1
+
+
+def test_uv_lock_probes_no_interpreter_when_uv_finds_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from envbuilder.lock import pipeline
+
+    _interpreter_world(tmp_path, monkeypatch, working_python3=True)
+    _not_running_in_range(monkeypatch)
+    monkeypatch.setattr(pipeline, "interpreter_for", lambda rp: pytest.fail("probed although uv found python3"))
+    said: list[str] = []
+    run, interpreter = pipeline._uv_lock(tmp_path / "project", CUTOFF, LockOptions(output=tmp_path / "out"),
+                                         f"=={MINOR}.*", None, said.append)
+    assert interpreter is None and run.resolved_offline and said == []
+
+
+def test_uv_lock_failure_other_than_the_interpreter_is_not_retried(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from envbuilder.lock import pipeline
+
+    _interpreter_world(tmp_path, monkeypatch, working_python3=True)
+    _not_running_in_range(monkeypatch)
+    (tmp_path / "project" / "pyproject.toml").write_text(
+        f'[project]\nname = "x"\nversion = "0"\nrequires-python = "=={MINOR}.*"\ndependencies = ["a b c"]\n')
+    probed: list[str] = []
+    monkeypatch.setattr(pipeline, "interpreter_for", lambda rp: probed.append(rp))
+    with pytest.raises(UvError):
+        pipeline._uv_lock(tmp_path / "project", CUTOFF, LockOptions(output=tmp_path / "out"), f"=={MINOR}.*",
+                          None, lambda _: None)
+    assert probed == []

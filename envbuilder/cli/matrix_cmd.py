@@ -1,4 +1,8 @@
-"""`envbuilder matrix list|show`: read the compatibility matrix."""
+"""`envbuilder matrix list|show`: read the compatibility matrix.
+
+`lock` imports this module for its row options: tables, refresh (urllib, ssl) and the stacks are
+imported inside the commands that print or compute them, so a lock does not pay for them.
+"""
 
 from __future__ import annotations
 
@@ -7,17 +11,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-from rich.markup import escape
-from rich.table import Table
 
 from envbuilder.atomic import write_atomic
 from envbuilder.cli.options import json_option
 from envbuilder.console import emit_json, stderr_console, stdout_console
 from envbuilder.errors import InvalidOptionError, MatrixBehindError, NetworkError
 from envbuilder.matrix import Matrix, Release, load_matrix
-from envbuilder.matrix.refresh import WATCHED, fetch_snapshot, load_snapshot, refresh
-from envbuilder.matrix.stacks import row_stacks
-from envbuilder.resolve.resolver import find_row
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -59,6 +58,8 @@ def row_summary(matrix: Matrix, row: Release) -> dict[str, Any]:
         fact = row.fact(fld)
         out[key] = fact.value
         sources[key] = fact.source
+    from envbuilder.matrix.stacks import row_stacks
+
     stacks = row_stacks(matrix, row)
     # min_driver: the stack `lock` installs by default (hermetic); each stack's in "stacks"
     out["min_driver"] = stacks["hermetic"].min_driver.value
@@ -84,6 +85,8 @@ def matrix() -> None:
 @json_option()
 def list_rows(include_test: bool, as_json: bool) -> None:
     """One line per matrix row (NeMo releases and Megatron-Bridge releases)."""
+    from rich.table import Table
+
     m = load_matrix()
     rows = [r for r in m.releases if include_test or not r.test_only]
     if as_json:
@@ -103,6 +106,11 @@ def list_rows(include_test: bool, as_json: bool) -> None:
 @json_option()
 def show(nemo: str | None, release: str | None, mbridge: str | None, as_json: bool) -> None:
     """Every fact of one row, with its source."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from envbuilder.resolve.resolver import find_row
+
     m = load_matrix()
     key, option = chosen_row(nemo, release, mbridge)
     row = find_row(m, key, option)
@@ -134,6 +142,10 @@ def show(nemo: str | None, release: str | None, mbridge: str | None, as_json: bo
 @json_option()
 def refresh_cmd(snapshot: Path | None, draft_path: Path | None, ca_bundle: Path | None, as_json: bool) -> None:
     """Upstream releases newer than the matrix, with unverified draft entries; exit 83 when behind."""
+    from rich.table import Table
+
+    from envbuilder.matrix.refresh import WATCHED, fetch_snapshot, load_snapshot, refresh
+
     m = load_matrix()
     console = stderr_console()
     if snapshot is not None:

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-import ssl
 import urllib.parse
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,10 +100,13 @@ def sdist_of(package: str, version: str, ca_bundle: Path | None = None) -> tuple
 
 
 def _sdist_from_index(package: str, version: str, ca_bundle: Path | None) -> tuple[str, str | None] | None:
+    import ssl  # imported here: only an uncovered version goes to the network, and ssl costs start-up time
+    from urllib.request import urlopen
+
     url = f"https://pypi.org/pypi/{package}/json"
     cafile = str(ca_bundle) if ca_bundle else os.environ.get("SSL_CERT_FILE")
     ctx = ssl.create_default_context(cafile=cafile if cafile and Path(cafile).exists() else None)
-    with urllib.request.urlopen(url, timeout=60, context=ctx) as resp:
+    with urlopen(url, timeout=60, context=ctx) as resp:
         files = (json.load(resp).get("releases") or {}).get(version, [])
     for f in files:
         if f.get("packagetype") == "sdist":

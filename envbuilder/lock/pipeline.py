@@ -21,12 +21,12 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
 from envbuilder.atomic import claim_output_dir, commit_files, os_error, owned_names, staging_dir, write_atomic
-from envbuilder.errors import EnvbuilderError, LockOutOfDateError, NetworkError, PlatformWheelError
-from envbuilder.lock.interpreter import interpreter_for
+from envbuilder.errors import EnvbuilderError, LockOutOfDateError, NetworkError, PlatformWheelError, UvError
+from envbuilder.lock.interpreter import interpreter_for, own_interpreter, uv_lacked_interpreter
 from envbuilder.lock.kernel_sources import check_kernel_sources, derive_uncovered
 from envbuilder.lock.platform import check_platform, fetch_release_files, find_constraint, source_builds, target_tags
 from envbuilder.lock.record import RECORD_NAME, LockRecord, build_record, source_date_epoch
-from envbuilder.lock.reuse import lock_offline_first, reusable_constraints, seed_from
+from envbuilder.lock.reuse import UvLockRun, lock_offline_first, reusable_constraints, seed_from
 from envbuilder.lock.uvlock import LockedPackage, read_uv_lock, stage1_closure, stage1_packages
 from envbuilder.lock.uvrun import uv_version
 from envbuilder.lock.validate import check_ca_bundle, check_find_links, check_glibc, check_target_arch
@@ -166,6 +166,36 @@ def _fix_platform(staging: Path, res: Resolution, ca_bundle: Path | None, progre
     return added
 
 
+def _uv_lock(staging: Path, cutoff: int, opts: LockOptions, requires_python: str, interpreter: str | None,
+             progress: Progress) -> tuple[UvLockRun, str | None]:
+    """`uv lock` (offline first), and the interpreter it was given (None: uv found its own).
+
+    envbuilder's own Python when it fits requires-python; else uv searches itself, and only when
+    it cannot start (none on its search path, or a broken one there such as an inactive pyenv
+    shim) do we look for one and run again with --python. Looking first would cost a Python
+    start-up per candidate on every lock, --check of an unchanged lock included. Which interpreter
+    uv runs with does not change the lock (it is universal over requires-python).
+    """
+    def run(python: str | None) -> UvLockRun:
+        args = [*(["--python", python] if python else []), *(["-v"] if opts.verbose_uv else [])]
+        return lock_offline_first(staging, cutoff, opts.ca_bundle, args, offline_first=opts.offline_first)
+
+    interpreter = interpreter or own_interpreter(requires_python)
+    if interpreter is not None:
+        return run(interpreter), interpreter
+    try:
+        return run(None), None
+    except UvError as exc:
+        found = interpreter_for(requires_python) if uv_lacked_interpreter(exc) else None
+        if found is None:
+            raise
+        saved = exc.details.get("log_file")
+        if saved:  # the retry's outcome is the one the user sees
+            Path(saved).unlink(missing_ok=True)
+    progress(f"uv lock runs with {found} (Python {requires_python})")
+    return run(found), found
+
+
 def run_lock(matrix: Matrix, req: ResolveRequest, opts: LockOptions, progress: Progress = lambda _: None
              ) -> LockResult:
     timings: dict[str, float] = {}
@@ -254,10 +284,7 @@ def _lock_into(matrix: Matrix, req: ResolveRequest, opts: LockOptions, res: Reso
         constraints: list[dict[str, str]] = reusable_constraints(
             real, lambda cs: render_pyproject(res, matrix, cs, local_rel, derived), req.python, req.glibc
         ) if seeded else []
-        interpreter = interpreter_for(res.requires_python)
-        uv_python = ["--python", interpreter] if interpreter else []
-        if interpreter:
-            progress(f"uv lock runs with {interpreter} (Python {res.requires_python})")
+        interpreter: str | None = None
         for round_ in range(MAX_FIX_ROUNDS + 1):
             t = time.monotonic()
             text = render_pyproject(res, matrix, [c["constraint"] for c in constraints], local_rel, derived)
@@ -265,8 +292,7 @@ def _lock_into(matrix: Matrix, req: ResolveRequest, opts: LockOptions, res: Reso
             timings["render"] = timings.get("render", 0.0) + time.monotonic() - t
             progress("uv lock" + (f" (after {len(constraints)} platform fix(es))" if round_ else ""))
             t = time.monotonic()
-            uv_args = [*uv_python, *(["-v"] if opts.verbose_uv else [])]
-            run = lock_offline_first(staging, cutoff, opts.ca_bundle, uv_args, offline_first=opts.offline_first)
+            run, interpreter = _uv_lock(staging, cutoff, opts, res.requires_python, interpreter, progress)
             uv_log = run.log
             offline = offline and run.resolved_offline
             online_reason = online_reason or run.fallback_reason

@@ -8,6 +8,7 @@ release that broke it, found from the index's release list.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from dataclasses import dataclass
@@ -34,6 +35,11 @@ class PlatformProblem:
 
 
 def target_tags(python: str, glibc: str, arch: str = "x86_64") -> set[Tag]:
+    return set(_target_tags(python, glibc, arch))
+
+
+@functools.lru_cache(maxsize=32)  # one lock asks for the same targets several times
+def _target_tags(python: str, glibc: str, arch: str) -> frozenset[Tag]:
     major, minor = (int(x) for x in python.split("."))
     gmaj, gmin = (int(x) for x in glibc.split("."))
     platforms = [f"manylinux_{gmaj}_{m}_{arch}" for m in range(gmin, 4, -1)]
@@ -42,9 +48,10 @@ def target_tags(python: str, glibc: str, arch: str = "x86_64") -> set[Tag]:
     platforms.append(f"linux_{arch}")
     tags = set(cpython_tags((major, minor), platforms=platforms))
     tags |= set(compatible_tags((major, minor), platforms=platforms))
-    return tags
+    return frozenset(tags)
 
 
+@functools.lru_cache(maxsize=4096)  # a lock's wheels are checked for several interpreters
 def _wheel_tags(filename: str) -> frozenset[Tag]:
     try:
         return parse_wheel_filename(filename)[3]

@@ -10,21 +10,21 @@ archive: the metadata the index serves for an sdist without running its setup.py
 from __future__ import annotations
 
 import contextlib
-import email.parser
 import hashlib
 import json
 import os
-import ssl
 import tarfile
 import urllib.parse
-import urllib.request
 import zipfile
 from dataclasses import dataclass, field
-from email.message import Message
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from envbuilder.atomic import write_atomic
 from envbuilder.lock.record import sha256_file
+
+if TYPE_CHECKING:
+    import ssl
 
 # nvcc inputs and the headers only CUDA code includes
 CUDA_SOURCE_SUFFIXES = (".cu", ".cuh")
@@ -107,7 +107,9 @@ def _top_pkg_info(files: tuple[str, ...]) -> str | None:
 
 def parse_pkg_info(raw: bytes) -> dict[str, list[str]]:
     """Core-metadata headers, each a list (Requires-Dist and Dynamic repeat)."""
-    msg: Message = email.parser.BytesParser().parsebytes(raw, headersonly=True)
+    import email.parser  # network and parsing modules are imported where used: start-up time of every lock
+
+    msg = email.parser.BytesParser().parsebytes(raw, headersonly=True)
     out: dict[str, list[str]] = {}
     for key, value in msg.items():
         out.setdefault(key.lower(), []).append(" ".join(str(value).split()))
@@ -115,6 +117,8 @@ def parse_pkg_info(raw: bytes) -> dict[str, list[str]]:
 
 
 def _ssl_context(ca_bundle: Path | None) -> ssl.SSLContext:
+    import ssl
+
     cafile = str(ca_bundle) if ca_bundle else os.environ.get("SSL_CERT_FILE")
     return ssl.create_default_context(cafile=cafile if cafile and Path(cafile).exists() else None)
 
@@ -135,7 +139,9 @@ def fetch_sdist(url: str, sha256: str | None, ca_bundle: Path | None = None, cac
         target = cache / sha256 / filename
         if target.is_file() and sha256_file(target) == sha256:
             return target
-    with urllib.request.urlopen(url, timeout=120, context=_ssl_context(ca_bundle)) as resp:
+    from urllib.request import urlopen
+
+    with urlopen(url, timeout=120, context=_ssl_context(ca_bundle)) as resp:
         data = resp.read()
     digest = hashlib.sha256(data).hexdigest()
     if sha256 and digest != sha256:

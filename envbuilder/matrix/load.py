@@ -17,6 +17,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from envbuilder import toml_cache
 from envbuilder.errors import MatrixFileError
 from envbuilder.matrix.model import (
     CONTAINER_PREFIX,
@@ -67,7 +68,7 @@ class _File:
         except OSError as exc:
             raise MatrixFileError(f"{path}: cannot read ({exc.strerror})", "check the matrices directory") from exc
         try:
-            self.data: dict[str, Any] = tomllib.loads(self.text)
+            self.data: dict[str, Any] = toml_cache.loads(self.text)  # parsed once per text, then cached
         except tomllib.TOMLDecodeError as exc:
             m = re.search(r"line (\d+)", str(exc))
             line = m.group(1) if m else "?"
@@ -75,16 +76,15 @@ class _File:
                 f"{path}:{line}: not valid TOML ({exc})", "fix the TOML syntax at that line"
             ) from exc
         self._lines = self.text.splitlines()
+        self._headers: dict[str, list[int]] = {}
 
     def row_line(self, table: str, index: int) -> int:
         """Line (1-based) of the index-th `[[table]]` header."""
-        seen = -1
-        for i, line in enumerate(self._lines):
-            if re.match(rf"\s*\[\[\s*{re.escape(table)}\s*\]\]", line):
-                seen += 1
-                if seen == index:
-                    return i + 1
-        return 1
+        found = self._headers.get(table)
+        if found is None:  # every row asks: scan the file once per table
+            header = re.compile(rf"\s*\[\[\s*{re.escape(table)}\s*\]\]")
+            found = self._headers[table] = [i + 1 for i, line in enumerate(self._lines) if header.match(line)]
+        return found[index] if 0 <= index < len(found) else 1
 
     def field_line(self, table: str, index: int, key: str) -> int:
         start = self.row_line(table, index)
