@@ -40,6 +40,8 @@ def test_every_real_fact_has_a_source(repo_root: Path) -> None:
             assert SOURCE_RE.match(fact.source), f"{row.name}.{name}: source {fact.source!r} is not a URL/repo ref"
         for note in row.notes:
             assert note.source.strip()
+        for entry in (*row.override_dependencies, *row.exclude_newer_package, *row.drop_packages):
+            assert SOURCE_RE.match(entry.source), f"{row.name}: {entry} source is not a URL/repo ref"
     for c in m.cuda_releases:
         assert c.min_driver_linux.source.strip()
     for t in m.torch.values():

@@ -75,6 +75,30 @@ def test_flash_attn_wheel_names_and_torch_27(m) -> None:  # type: ignore[no-unty
     assert unknown.answer == "unknown" and unknown.wheel is None
 
 
+def test_transformer_engine_torch_matches_the_whole_torch_version(m) -> None:  # type: ignore[no-untyped-def]
+    """TE-torch's setup.py looks for torch{torch.__version__}: the release build is torch 2.8.0+cu129 only."""
+    te = "transformer-engine-torch"
+    hit = prebuilt_verdict(m.prebuilt_wheels, te, "2.14.1", "3.12", "2.8.0", "12", True, "2.8.0+cu129")
+    assert hit.answer == "yes"
+    assert hit.wheel == "transformer_engine_torch-2.14.1+cu12torch2.8.0+cu129cxx11abiTRUE-cp312-cp312-linux_x86_64.whl"
+    # PyPI's torch 2.8.0 is the cu128 build: another torch.__version__, so no download
+    assert prebuilt_verdict(m.prebuilt_wheels, te, "2.14.1", "3.12", "2.8.0", "12", True, "2.8.0+cu128").answer == "no"
+    # an X.Y.0 release is tagged vX.Y, but setup.py asks for vX.Y.0: nothing downloads
+    x_y_0 = prebuilt_verdict(m.prebuilt_wheels, te, "2.14.0", "3.12", "2.8.0", "12", True, "2.8.0+cu129")
+    assert x_y_0.answer == "no" and "does not resolve" in x_y_0.source
+    # without a fixed torch build (ngc-base, host-torch) the answer is unknown, not a guess
+    assert prebuilt_verdict(m.prebuilt_wheels, te, "2.16.0", "3.12", "2.12.0", "13", True).answer == "unknown"
+    assert prebuilt_verdict(m.prebuilt_wheels, te, "2.7.0", "3.12", "2.8.0", "12", True, "2.8.0+cu128").answer == "no"
+
+
+def test_lock_verdicts_for_te_torch_by_mode(m) -> None:  # type: ignore[no-untyped-def]
+    hermetic = resolve(m, ResolveRequest(row="26.04", row_option="release"))
+    verdict = {v.package: v for v in hermetic.prebuilt}["transformer-engine-torch"]
+    assert verdict.answer == "no" and "torch2.11.0+cu130" in str(verdict.wheel)
+    ngc = resolve(m, ResolveRequest(row="26.04", row_option="release", mode="ngc-base"))
+    assert {v.package: v.answer for v in ngc.prebuilt}["transformer-engine-torch"] == "unknown"
+
+
 def test_preference_picks_a_release_with_a_wheel_inside_te_range(m) -> None:  # type: ignore[no-untyped-def]
     chosen = {"torch": ("2.7.0", "t"), "transformer-engine": ("2.14.0", "t"), "flash-attn": ("2.7.4.post1", "row")}
     out, verdicts = prefer_prebuilt(m, chosen, {}, "3.12", "2.7.0", "12.8", "allow")

@@ -40,7 +40,7 @@ from envbuilder.matrix.model import (
     TorchInfo,
     TransformerEngineInfo,
 )
-from envbuilder.matrix.prebuilt import PrebuiltWheels
+from envbuilder.matrix.prebuilt import TORCH_KEYS, PrebuiltWheels
 from envbuilder.paths import matrices_dir
 
 if sys.version_info >= (3, 11):
@@ -420,10 +420,15 @@ def _load_gpus(f: _File) -> list[Gpu]:
 
 
 def _check_combos(v: Any) -> str | None:
-    combo = re.compile(r"\d+\.\d+\|\d+\.\d+\|\d+\|(TRUE|FALSE)")
+    # the torch part is MAJOR.MINOR, or a full torch.__version__ ("2.8.0+cu129") for torch_key = "local"
+    combo = re.compile(r"\d+\.\d+\|\d+\.\d+(\.\d+(\+[a-z0-9.]+)?)?\|\d+\|(TRUE|FALSE)")
     if not isinstance(v, list) or not all(isinstance(c, str) and combo.fullmatch(c) for c in v):
-        return 'must be a list of "PYTHON|TORCH_MAJOR.MINOR|CUDA_MAJOR|TRUE|FALSE" strings'
+        return 'must be a list of "PYTHON|TORCH|CUDA_MAJOR|TRUE|FALSE" strings (TORCH: MAJOR.MINOR or a full version)'
     return None
+
+
+def _check_torch_key(v: Any) -> str | None:
+    return None if v in TORCH_KEYS else f"'{v}' is not one of {', '.join(TORCH_KEYS)}"
 
 
 def _check_table(v: Any) -> str | None:
@@ -440,7 +445,9 @@ def _load_prebuilt(f: _File) -> dict[tuple[str, str], PrebuiltWheels]:
         assert combos is not None and tags is not None
         if (package, version) in out:
             raise f.error("wheels", i, None, f"duplicate entry for {package} {version}", "keep one entry per release")
-        out[(package, version)] = PrebuiltWheels(package, version, combos, tags)
+        key = _fact(f, "wheels", i, row, "torch_key", _check_torch_key, required=False)
+        out[(package, version)] = PrebuiltWheels(package, version, combos, tags,
+                                                  str(key.value) if key is not None else TORCH_KEYS[0])
     return out
 
 

@@ -15,6 +15,10 @@ from packaging.version import Version
 from envbuilder.matrix.model import Fact
 
 YES, NO, UNKNOWN = "yes", "no", "unknown"
+# How a release's setup.py matches the installed torch: by MAJOR.MINOR (flash-attn, mamba-ssm,
+# causal-conv1d), or by the whole torch.__version__ with its local tag, "2.8.0+cu129"
+# (transformer-engine-torch), which only a lock that fixes the torch build can know.
+TORCH_KEYS = ("major.minor", "local")
 
 
 @dataclass(frozen=True)
@@ -26,9 +30,14 @@ class PrebuiltWheels:
     version: str
     combos: Fact
     name_cuda_tags: Fact
+    torch_key: str = TORCH_KEYS[0]
+
+    def _torch(self, torch: str) -> str:
+        return torch if self.torch_key == "local" else _major_minor(torch)
 
     def has(self, python: str, torch: str, cuda_major: str, cxx11_abi: bool) -> bool:
-        key = f"{python}|{_major_minor(torch)}|{cuda_major}|{'TRUE' if cxx11_abi else 'FALSE'}"
+        """torch: the torch version, or for torch_key "local" the whole torch.__version__."""
+        key = f"{python}|{self._torch(torch)}|{cuda_major}|{'TRUE' if cxx11_abi else 'FALSE'}"
         return key in set(self.combos.value)
 
     def wheel_name(self, python: str, torch: str, cuda_major: str, cxx11_abi: bool) -> str:
@@ -37,7 +46,7 @@ class PrebuiltWheels:
         py = "cp" + python.replace(".", "")
         dist = self.package.replace("-", "_")
         abi = "TRUE" if cxx11_abi else "FALSE"
-        return f"{dist}-{self.version}+cu{cu}torch{_major_minor(torch)}cxx11abi{abi}-{py}-{py}-linux_x86_64.whl"
+        return f"{dist}-{self.version}+cu{cu}torch{self._torch(torch)}cxx11abi{abi}-{py}-{py}-linux_x86_64.whl"
 
 
 @dataclass(frozen=True)
@@ -59,14 +68,27 @@ def _major_minor(version: str) -> str:
 
 
 def prebuilt_verdict(table: dict[tuple[str, str], PrebuiltWheels], package: str, version: str, python: str,
-                     torch: str, cuda_major: str, cxx11_abi: bool) -> PrebuiltVerdict:
+                     torch: str, cuda_major: str, cxx11_abi: bool, torch_local: str | None = None
+                     ) -> PrebuiltVerdict:
+    """torch_local: the torch.__version__ the lock installs ("2.11.0+cu130"), when it fixes one."""
+
+    def key(e: PrebuiltWheels) -> str | None:
+        return torch_local if e.torch_key == "local" else torch
+
     entry = table.get((package, version))
     others = tuple(v for (p, v), e in sorted(table.items(), key=lambda kv: Version(kv[0][1]))
-                   if p == package and v != version and e.has(python, torch, cuda_major, cxx11_abi))
+                   if p == package and v != version and (t := key(e)) is not None
+                   and e.has(python, t, cuda_major, cxx11_abi))
     if entry is None:
         return PrebuiltVerdict(package, version, UNKNOWN, None,
                                f"{package} {version}: release workflow not recorded (matrices/prebuilt_wheels.toml)",
                                others)
+    wanted = key(entry)
+    if wanted is None:
+        return PrebuiltVerdict(package, version, UNKNOWN, None,
+                               f"{package} {version} matches the whole torch.__version__, which this lock does not fix "
+                               f"(not a PyPI torch); recorded builds: {entry.combos.source}", others)
+    torch = wanted
     ok = entry.has(python, torch, cuda_major, cxx11_abi)
     return PrebuiltVerdict(package, version, YES if ok else NO,
                            entry.wheel_name(python, torch, cuda_major, cxx11_abi), entry.combos.source, others)

@@ -37,9 +37,13 @@ def accepted_range(matrix: Matrix, name: str, chosen: dict[str, tuple[str, str]]
 
 
 def prefer_prebuilt(matrix: Matrix, chosen: dict[str, tuple[str, str]], overrides: dict[str, str], python: str,
-                    torch: str | None, cuda: str | None, policy: str
+                    torch: str | None, cuda: str | None, policy: str, torch_local: str | None = None
                     ) -> tuple[dict[str, tuple[str, str]], tuple[PrebuiltVerdict, ...]]:
-    """(chosen with preferred versions, one verdict per stage-2 kernel package)."""
+    """(chosen with preferred versions, one verdict per stage-2 kernel package).
+
+    torch_local: the torch.__version__ the lock installs ("2.11.0+cu130"), when it fixes the build;
+    releases that match the whole version (transformer-engine-torch) are "unknown" without it.
+    """
     if torch is None or cuda is None:
         return chosen, ()
     info = matrix.torch.get(torch)
@@ -52,7 +56,7 @@ def prefer_prebuilt(matrix: Matrix, chosen: dict[str, tuple[str, str]], override
         if key not in out:
             continue
         version, prov = out[key]
-        verdict = prebuilt_verdict(matrix.prebuilt_wheels, name, version, python, torch, major, abi)
+        verdict = prebuilt_verdict(matrix.prebuilt_wheels, name, version, python, torch, major, abi, torch_local)
         if verdict.answer != YES and key not in overrides:
             spec = accepted_range(matrix, name, out)
             fits = [v for v in verdict.versions_with_wheel if spec is not None and Version(v) in spec]
@@ -60,7 +64,7 @@ def prefer_prebuilt(matrix: Matrix, chosen: dict[str, tuple[str, str]], override
                 best = max(fits, key=Version)
                 out[key] = (best, f"prebuilt:{name} {best} has a wheel for torch {torch} (cu{major}, "
                                   f"cp{python.replace('.', '')}), {version} has none; {prov}")
-                verdict = prebuilt_verdict(matrix.prebuilt_wheels, name, best, python, torch, major, abi)
+                verdict = prebuilt_verdict(matrix.prebuilt_wheels, name, best, python, torch, major, abi, torch_local)
         if verdict.answer != YES and policy == "forbid":
             what = "no prebuilt wheel" if verdict.answer != UNKNOWN else "no known prebuilt wheel"
             alts = ", ".join(verdict.versions_with_wheel[-3:])

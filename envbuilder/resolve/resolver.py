@@ -483,7 +483,11 @@ def resolve(matrix: Matrix, req: ResolveRequest) -> Resolution:
         raise InvalidOptionError(f"unknown source-build policy '{req.source_build}'",
                                  "use --allow-source-build or --no-source-build")
     if req.source == "pypi":
-        chosen, prebuilt = prefer_prebuilt(matrix, chosen, overrides, python, torch_version, cuda, req.source_build)
+        # a hermetic lock installs a known torch build, whose torch.__version__ carries the variant ("+cu130")
+        torch_local = (f"{torch_version}+{variant}" if req.mode == "hermetic" and torch_version
+                       and variant.startswith("cu") and variant[2:].isdigit() else None)
+        chosen, prebuilt = prefer_prebuilt(matrix, chosen, overrides, python, torch_version, cuda, req.source_build,
+                                           torch_local)
     else:
         prebuilt = ()
     sm, w = _check_sm(matrix, req, chosen)
