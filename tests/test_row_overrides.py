@@ -132,3 +132,20 @@ def test_loader_rejects_a_per_package_cutoff_that_is_no_date(tmp_path: Path) -> 
     with pytest.raises(MatrixFileError) as exc:
         load_matrix(d)
     assert "exclude_newer_package" in exc.value.cause and "RFC 3339" in exc.value.cause
+
+
+def test_matrix_show_names_the_rows_glibc_and_fixes() -> None:
+    import json
+    import subprocess
+
+    def show(*args: str) -> dict:  # type: ignore[type-arg]
+        proc = subprocess.run([sys.executable, "-m", "envbuilder", "matrix", "show", *args, "--json"],
+                              capture_output=True, text=True, timeout=120, check=True)
+        return json.loads(proc.stdout)  # type: ignore[no-any-return]
+
+    r2606 = show("--release", "26.06")
+    assert r2606["glibc"] == "2.39" and "Dockerfile.ci@v0.5.0" in r2606["sources"]["glibc"]
+    assert [o["requirement"] for o in r2606["override_dependencies"]] == [CUBLAS]
+    r251 = show("--nemo", "v2.5.1")
+    assert r251["glibc"] == "2.35" and r251["sources"]["glibc"].startswith("envbuilder default")
+    assert sorted(c["package"] for c in r251["exclude_newer_package"]) == sorted(ONE_LOGGER)

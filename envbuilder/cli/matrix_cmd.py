@@ -64,6 +64,13 @@ def row_summary(matrix: Matrix, row: Release) -> dict[str, Any]:
     # min_driver: the stack `lock` installs by default (hermetic); each stack's in "stacks"
     out["min_driver"] = stacks["hermetic"].min_driver.value
     sources["min_driver"] = stacks["hermetic"].min_driver.source
+    # the glibc `lock` targets when --glibc is not given, and the row's fixes of upstream pins
+    out["glibc"] = row.default_glibc.value
+    sources["glibc"] = row.default_glibc.source
+    out["override_dependencies"] = [{"requirement": o.requirement, "text": o.text, "source": o.source}
+                                    for o in row.override_dependencies]
+    out["exclude_newer_package"] = [{"package": c.package, "value": c.value, "text": c.text, "source": c.source}
+                                    for c in row.exclude_newer_package]
     out["stacks"] = {mode: st.to_dict() for mode, st in stacks.items()}
     out["sources"] = dict(sorted(sources.items()))
     out["torch_cuda_variant"] = row.torch_cuda_variant.value
@@ -119,7 +126,7 @@ def show(nemo: str | None, release: str | None, mbridge: str | None, as_json: bo
         emit_json(summary)
         return
     table = Table("field", "value", "source")
-    for field in ["row", "nemo", "release", *SHOW_FIELDS, "min_driver"]:
+    for field in ["row", "nemo", "release", *SHOW_FIELDS, "min_driver", "glibc"]:
         # facts and sources hold brackets ("nemo-toolkit[all]", "[tool.uv]"): print them, never parse them as markup
         table.add_row(field, escape(str(summary[field])), escape(summary["sources"].get(field, "")))
     console = stdout_console()
@@ -130,6 +137,11 @@ def show(nemo: str | None, release: str | None, mbridge: str | None, as_json: bo
     for n in summary["notes"]:
         console.print(f"[{'yellow' if n['severity'] == 'warn' else 'blue'}]{n['severity']}[/]: {escape(n['text'])} "
                       f"({escape(n['source'])})")
+    for o in summary["override_dependencies"]:
+        console.print(f"override: {escape(o['requirement'])}: {escape(o['text'])} ({escape(o['source'])})")
+    for c in summary["exclude_newer_package"]:
+        console.print(f"exclude-newer {escape(c['package'])} = {c['value']}: {escape(c['text'])} "
+                      f"({escape(c['source'])})")
 
 
 @matrix.command("refresh")
