@@ -149,3 +149,18 @@ def test_matrix_show_names_the_rows_glibc_and_fixes() -> None:
     r251 = show("--nemo", "v2.5.1")
     assert r251["glibc"] == "2.35" and r251["sources"]["glibc"].startswith("envbuilder default")
     assert sorted(c["package"] for c in r251["exclude_newer_package"]) == sorted(ONE_LOGGER)
+
+
+def test_hermetic_lock_on_another_cuda_major_than_the_container_warns_with_the_opt_in(m: Matrix) -> None:
+    res = resolve(m, ResolveRequest(row="v2.6.0"))  # 25.11 container: CUDA 13.0.1; PyPI torch 2.9.1: cu128
+    warning = next(w for w in res.warnings if w.startswith("the hermetic stack is CUDA 12.8"))
+    assert "nvcr.io/nvidia/nemo:25.11 is CUDA 13.0.1" in warning
+    assert "--cuda 13.0 --torch-index pytorch locks torch 2.9.1+cu130" in warning
+    # the opt-in resolves to the PyTorch index's cu130 wheel, and then nothing is mixed
+    opted = resolve(m, ResolveRequest(row="v2.6.0", cuda="13.0", torch_index="pytorch"))
+    assert opted.torch_index == "https://download.pytorch.org/whl/cu130"
+    assert not any(w.startswith("the hermetic stack") for w in opted.warnings)
+    # rows whose PyPI torch already matches the container's major, or whose container CUDA is unknown
+    for row, option in (("26.04", "release"), ("v2.6.1", "nemo")):
+        assert not any(w.startswith("the hermetic stack") for w in resolve(
+            m, ResolveRequest(row=row, row_option=option)).warnings)

@@ -288,6 +288,27 @@ def _choose_cuda(matrix: Matrix, req: ResolveRequest, row: Release, torch_versio
     return cuda, cuda_prov, f"https://download.pytorch.org/whl/{wanted}", wanted, warnings
 
 
+def _container_major_mismatch(matrix: Matrix, req: ResolveRequest, row: Release, cuda: str | None,
+                              torch_version: str | None, variant: str) -> list[str]:
+    """A hermetic lock whose CUDA major differs from the row's container: packages that follow the
+    container (nemo-toolkit 2.6 requires numba-cuda[cu13]) then mix CUDA majors in one environment.
+    PyPI's torch is the only variant every user (and CI) can reach, so this warns instead of
+    switching the default to the PyTorch index."""
+    if req.mode != "hermetic" or req.cuda or cuda is None or torch_version is None or not row.container_cuda.known:
+        return []
+    major = str(row.container_cuda.value).split(".")[0]
+    if cuda.split(".")[0] == major:
+        return []
+    info = matrix.torch.get(torch_version)
+    wanted = f"cu{major}0"
+    has = info is not None and info.cuda_variants.known and wanted in [str(v) for v in info.cuda_variants.value]
+    fix = (f"--cuda {major}.0 --torch-index pytorch locks torch {torch_version}+{wanted} from download.pytorch.org"
+           if has else f"no {wanted} build of torch {torch_version} is recorded in matrices/torch.toml")
+    return [f"the hermetic stack is CUDA {cuda} (torch {torch_version} {variant}) but {row.container.value} is "
+            f"CUDA {row.container_cuda.value}: packages that follow the container's CUDA major may mix CUDA majors; "
+            f"{fix}"]
+
+
 def _variant_to_cuda(variant: str) -> str:
     digits = variant.removeprefix("cu")
     return f"{digits[:-1]}.{digits[-1]}" if digits.isdigit() and len(digits) >= 2 else variant
@@ -469,6 +490,7 @@ def resolve(matrix: Matrix, req: ResolveRequest) -> Resolution:
     else:
         cuda, provenance["cuda"], torch_index, variant, w = _choose_cuda(matrix, req, row, torch_version)
         warnings += w
+        warnings += _container_major_mismatch(matrix, req, row, cuda, torch_version, variant)
     if torch_version and req.mode != "host-torch":
         info = matrix.torch.get(torch_version)
         if info is not None and info.python.known and Version(python) not in SpecifierSet(str(info.python.value)):
