@@ -1,13 +1,18 @@
 """Benchmark `envbuilder export` against the runtimes' own converters and the machine's limit, in one run.
 
     .venv/bin/python bench/export_compare.py IMAGE [--formats sqsh,sif] [--compression zstd]
-        [--sif-compression gzip] [--out DIR] [--skip-native] [--save-formats sqsh]
+        [--sif-compression gzip] [--out DIR] [--skip-native] [--save-formats sqsh] [--rounds 3]
 
-For each format, one after another on the same image and the same (warm) page cache:
+For each format, on the same image and the same (warm) page cache; limit, envbuilder and tar feed
+interleaved --rounds times with the export cache off (the median round is reported, every round's
+seconds beside it, and whether every round gave the same bytes), then the rest once:
   limit       `mksquashfs TREE` of the image's merged root filesystem already on disk, same
               compressor options, -processors = all cores: what this disk + CPU can do at best;
-  envbuilder  `envbuilder export` reading layers from the engine's storage (the default);
-  via save    the same with `--layers save` (docker save spooled, the previous path);
+  envbuilder  `envbuilder export` reading layers from the engine's storage (the default), fed to
+              mksquashfs as a read-only overlay mount when this process may mount (root), else a tar;
+  tar feed    the same with `--feed tar` (the merged tree streamed as a tar: the previous default);
+  via save    the same with `--layers save` (docker save spooled, the path before that);
+  cache miss  an export with the export cache on, into an empty cache;
   cache hit   a second export of the unchanged image with the export cache on;
   apptainer   (sif) `docker save` + `apptainer build --mksquashfs-args OPTS docker-archive://`,
               run through scripts/bin/apptainer (Debian sid's Apptainer in the cached rootfs);
@@ -124,6 +129,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None, help="scratch directory (default: a temp dir)")
     ap.add_argument("--skip-native", action="store_true", help="do not run apptainer/enroot")
     ap.add_argument("--save-formats", default="sqsh", help="formats also exported with --layers save")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="limit / envbuilder / tar feed, interleaved this many times (medians reported)")
     args = ap.parse_args()
     cores = squashfs.default_processors()
     scratch = Path(tempfile.mkdtemp(prefix="bench-export-", dir=args.out))
@@ -135,37 +142,41 @@ def main() -> None:
         size = merged_tree(args.image, scratch / "tree")
         results["image_bytes"] = size
         formats = args.formats.split(",")
-        limits: dict[str, dict[str, Any]] = {}
-        for fmt in formats:  # all limits first: the merged tree (image-sized) is then deleted
+        timed: dict[str, dict[str, Any]] = {}
+        for fmt in formats:  # while the merged tree (image-sized) is on disk: the limit, interleaved
             comp = args.compression if fmt == "sqsh" else args.sif_compression
+            out = scratch / fmt
+            out.mkdir()
+            os.chmod(out, 0o777)  # apptainer runs as uid 1000 and writes its SIF here
             limit_out = scratch / f"limit.{fmt}"
-            limits[fmt] = run(["mksquashfs", str(scratch / "tree"), str(limit_out), "-noappend", "-no-xattrs",
-                               "-no-progress", "-quiet", "-processors", str(cores),
-                               *squashfs.COMPRESSIONS[comp].split()], [limit_out])
-            limits[fmt]["output_mb"] = round(limit_out.stat().st_size / 1e6)
-            limit_out.unlink()
+            rounds: dict[str, list[dict[str, Any]]] = {"limit": [], "envbuilder": [], "tar_feed": []}
+            for _ in range(args.rounds):
+                r = run(["mksquashfs", str(scratch / "tree"), str(limit_out), "-noappend", "-no-xattrs",
+                         "-no-progress", "-quiet", "-processors", str(cores),
+                         *squashfs.COMPRESSIONS[comp].split()], [limit_out])
+                r["output_mb"] = round(limit_out.stat().st_size / 1e6)
+                limit_out.unlink()
+                rounds["limit"].append(r)
+                for name, extra in (("envbuilder", []), ("tar_feed", ["--feed", "tar"])):
+                    target = out / f"{name}.{fmt}"
+                    rounds[name].append(_report(run([*envb, "-o", str(target), "--compression", comp, "--no-cache",
+                                                     *extra], [out], env=env)))
+                    target.unlink()
+            timed[fmt] = {name: _median(rs) for name, rs in rounds.items()}
         shutil.rmtree(scratch / "tree")
         for fmt in formats:
             comp = args.compression if fmt == "sqsh" else args.sif_compression
             opts = squashfs.COMPRESSIONS[comp].split()
-            rows: dict[str, Any] = {}
             out = scratch / fmt
-            out.mkdir()
-            os.chmod(out, 0o777)  # apptainer runs as uid 1000 and writes its SIF here
-            rows["limit"] = limits[fmt]
-            # a miss on an empty cache: the full export (filing the result is one hard link)
-            rows["envbuilder"] = run([*envb, "-o", str(out / f"a.{fmt}"), "--compression", comp], [out], env=env)
-            rows["cache_hit"] = run([*envb, "-o", str(out / f"d.{fmt}"), "--compression", comp], [out], env=env)
+            rows: dict[str, Any] = dict(timed[fmt])
+            # the cache: a miss on an empty cache (filing the result is one hard link), then a hit
+            rows["cache_miss"] = _report(run([*envb, "-o", str(out / f"a.{fmt}"), "--compression", comp], [out],
+                                             env=env))
+            rows["cache_hit"] = _report(run([*envb, "-o", str(out / f"d.{fmt}"), "--compression", comp], [out],
+                                            env=env))
             if fmt in args.save_formats.split(","):
-                rows["via_save"] = run([*envb, "-o", str(out / f"b.{fmt}"), "--compression", comp, "--no-cache",
-                                        "--layers", "save"], [out], env=env)
-            for name in ("envbuilder", "via_save", "cache_hit"):
-                if name not in rows:
-                    continue
-                rep = json.loads(rows[name].pop("stdout"))
-                rows[name].update(output_mb=round(rep["size"] / 1e6), layers_from=rep["layers_from"],
-                                  cache=rep["cache"], sha256=rep["sha256"][:16])
-            rows["limit"].pop("stdout", None)
+                rows["via_save"] = _report(run([*envb, "-o", str(out / f"b.{fmt}"), "--compression", comp,
+                                                "--no-cache", "--layers", "save"], [out], env=env))
             for p in out.iterdir():
                 if p.is_file():
                     p.unlink()
@@ -174,7 +185,8 @@ def main() -> None:
             if fmt == "sqsh":
                 rows.update(_enroot(args.image, out, args.skip_native))
             lim = rows["limit"]["seconds"]
-            rows["envbuilder"]["fraction_of_limit"] = round(lim / rows["envbuilder"]["seconds"], 3)
+            for name in ("envbuilder", "tar_feed"):
+                rows[name]["fraction_of_limit"] = round(lim / rows[name]["seconds"], 3)
             native = rows.get("apptainer_total") or rows.get("enroot")
             if native and native.get("seconds"):
                 rows["envbuilder"]["ratio_vs_native"] = round(rows["envbuilder"]["seconds"] / native["seconds"], 3)
@@ -184,6 +196,25 @@ def main() -> None:
         shutil.rmtree(scratch, ignore_errors=True)
     results["loadavg_after"] = os.getloadavg()
     print(json.dumps(results, indent=2, sort_keys=True))
+
+
+def _report(row: dict[str, Any]) -> dict[str, Any]:
+    """A run of `envbuilder export --json`: its timing plus what the report says."""
+    rep = json.loads(row.pop("stdout"))
+    row.update(output_mb=round(rep["size"] / 1e6), layers_from=rep["layers_from"], cache=rep["cache"],
+               sha256=rep["sha256"][:16], feed=rep.get("feed"))
+    return row
+
+
+def _median(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median round (by seconds), with every round's seconds beside it."""
+    rows = [{k: v for k, v in r.items() if k != "stdout"} for r in rows]
+    ordered = sorted(rows, key=lambda r: r["seconds"])
+    mid = dict(ordered[len(ordered) // 2])
+    mid["all_seconds"] = [r["seconds"] for r in rows]
+    if "sha256" in mid:
+        mid["same_bytes_every_round"] = len({r["sha256"] for r in rows}) == 1
+    return mid
 
 
 def _apptainer(image: str, out: Path, opts: list[str]) -> dict[str, Any]:

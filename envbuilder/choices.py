@@ -50,3 +50,5 @@ COLORS = ("auto", "always", "never")
 EXPORT_COMPRESSIONS = ("zstd", "lz4", "lzo", "gzip", "none")
 # export --layers: the engine's overlay2 directories, `docker save`, or storage when readable
 EXPORT_LAYER_SOURCES = ("auto", "storage", "save")
+# how mksquashfs gets the merged tree: a read-only overlay mount of the layers, or a tar on stdin
+EXPORT_FEEDS = ("auto", "mount", "tar")

@@ -499,6 +499,13 @@ class LayerStorageUnreadableError(EnvbuilderError):
     kind = "layer-storage-unreadable"
 
 
+class OverlayFeedError(EnvbuilderError):
+    """`export --feed mount`: the layers cannot be mounted as one directory here."""
+
+    exit_code = 112
+    kind = "overlay-feed-refused"
+
+
 # --- 120-129: command-line options -------------------------------------------
 # (this section's classes go here)
 

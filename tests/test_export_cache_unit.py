@@ -33,7 +33,7 @@ def test_key_covers_what_the_bytes_depend_on() -> None:
     assert len(k) == 64 and k == _key()
     for change in (dict(image_id="sha256:" + "c" * 64), dict(squash_args=["-comp", "lz4"]), dict(row="v2"),
                    dict(source_date_epoch=2), dict(lock_sha256="d" * 64), dict(fmt="sif"),
-                   dict(mksquashfs="mksquashfs version 4.6")):
+                   dict(mksquashfs="mksquashfs version 4.6"), dict(feed="mount")):
         assert _key(**change) != k, change
     # the reference is inside a SIF (its definition file) but not inside a sqsh
     assert _key(image_ref="y:2") == k

@@ -19,8 +19,9 @@ from typing import Any
 import pytest
 import test_export_docker as shared
 
-from envbuilder.errors import InvalidOptionError
-from envbuilder.export import squashfs
+from envbuilder.errors import InvalidOptionError, OverlayFeedError
+from envbuilder.export import overlay, squashfs
+from envbuilder.export.formats import get_format
 from envbuilder.export.inspect import inspect_artifact
 from envbuilder.export.pipeline import ExportOptions, ExportResult, export_image
 
@@ -45,9 +46,11 @@ def _export(image: str, out: Path, **kw: Any) -> ExportResult:
 
 @pytest.mark.parametrize("fmt", ["sqsh", "sif"])
 def test_storage_layers_give_the_same_bytes_as_docker_save(image: str, fmt: str, tmp_path: Path) -> None:
-    direct = _export(image, tmp_path / f"direct.{fmt}", layers="storage", cache=False)
+    # the tar feed: the same tar stream whichever way the layers were read
+    direct = _export(image, tmp_path / f"direct.{fmt}", layers="storage", feed="tar", cache=False)
     saved = _export(image, tmp_path / f"saved.{fmt}", layers="save", cache=False)
     assert (direct.layers_from, saved.layers_from) == ("storage", "docker-save")
+    assert (direct.feed, saved.feed) == ("tar", "tar")
     assert direct.stats["whiteouts"] >= 1 and direct.stats["opaque_dirs"] >= 1 and direct.stats["hardlinks"] >= 1
     assert direct.stats == saved.stats
     assert direct.path.read_bytes() == saved.path.read_bytes()
@@ -127,3 +130,93 @@ def test_cli_compression_and_cache_json(image: str, tmp_path: Path) -> None:
     off = subprocess.run([*cmd, "-o", str(tmp_path / "c.sqsh"), "--no-cache"], capture_output=True, text=True,
                          env=env, cwd=REPO, check=False)
     assert json.loads(off.stdout)["cache"] == "off"
+
+
+# --- the directory feed: mksquashfs reads a read-only overlay mount of the layer directories ---------
+
+needs_mount = pytest.mark.skipif(overlay.unavailable_reason() is not None,
+                                 reason=f"overlay feed unavailable: {overlay.unavailable_reason()}")
+
+
+def _listing(path: Path, offset: int = 0) -> list[str]:
+    """Every path with its type, mode, owner, size and link target (unsquashfs -lln), dir sizes left out
+    (a directory's size in squashfs is its index's, which depends on the layout, not on the contents)."""
+    cmd = ["unsquashfs", "-lln", "-d", ""] + (["-o", str(offset)] if offset else []) + [str(path)]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    rows = []
+    for line in out.splitlines():
+        parts = line.split(None, 5)
+        if len(parts) == 6 and parts[0][:1] in "-dlcbps":
+            if parts[0].startswith("d"):
+                parts[2] = "-"
+            rows.append(" ".join(parts))
+    return rows
+
+
+def _contents(path: Path, dest: Path, offset: int = 0) -> dict[str, tuple[str, int]]:
+    """path -> (sha256 of a regular file's bytes, its hard-link group size)."""
+    cmd = ["unsquashfs", "-f", "-no-xattrs", "-d", str(dest)] + (["-o", str(offset)] if offset else []) + [str(path)]
+    subprocess.run(cmd, capture_output=True, check=True)
+    found = {}
+    for root, _, files in os.walk(dest):
+        for f in files:
+            full = Path(root, f)
+            if full.is_file() and not full.is_symlink():
+                found[str(full.relative_to(dest))] = (hashlib.sha256(full.read_bytes()).hexdigest(),
+                                                      full.stat().st_nlink)
+    return found
+
+
+@needs_mount
+@pytest.mark.parametrize("fmt", ["sqsh", "sif"])
+def test_mount_feed_is_deterministic_and_holds_what_the_tar_feed_holds(image: str, fmt: str, tmp_path: Path) -> None:
+    a = _export(image, tmp_path / f"a.{fmt}", feed="mount", cache=False)
+    b = _export(image, tmp_path / f"b.{fmt}", feed="mount", cache=False)
+    tar = _export(image, tmp_path / f"t.{fmt}", feed="tar", cache=False)
+    assert (a.feed, b.feed, tar.feed) == ("mount", "mount", "tar")
+    assert a.sha256 == b.sha256 and a.path.read_bytes() == b.path.read_bytes()  # same bytes on every run
+    assert a.stats == tar.stats and a.stats["whiteouts"] >= 1 and a.stats["opaque_dirs"] >= 1
+    assert a.stats["hardlinks"] >= 1
+    offset, t_offset = (get_format(fmt).partition_offset(r.path) for r in (a, tar))
+    assert _listing(a.path, offset) == _listing(tar.path, t_offset)
+    assert _contents(a.path, tmp_path / "xa", offset) == _contents(tar.path, tmp_path / "xt", t_offset)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no work dirs or temp files left
+    assert str(tmp_path) not in Path("/proc/self/mountinfo").read_text()  # the mount never reached us
+
+
+@needs_mount
+def test_refused_mount_falls_back_to_the_tar_feed(image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                  ) -> None:
+    # what `unshare` says in a container without CAP_SYS_ADMIN (this host has it, so it is played here)
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "unshare").write_text("#!/bin/sh\necho 'unshare: unshare failed: Operation not permitted' >&2\nexit 1\n")
+    (fake / "unshare").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
+    said: list[str] = []
+    out = tmp_path / "out"
+    out.mkdir()
+    cache = tmp_path / "cache"
+    r = export_image(ExportOptions(image=image, fmt="sqsh", output=out / "f.sqsh", snippets=False, cache_dir=cache),
+                     progress=said.append)
+    assert r.feed == "tar" and any("cannot be mounted here" in m and "Operation not permitted" in m for m in said)
+    monkeypatch.undo()
+    tar = _export(image, out / "t.sqsh", feed="tar", cache=False)
+    assert r.sha256 == tar.sha256
+    assert sorted(p.name for p in out.iterdir()) == ["f.sqsh", "t.sqsh"]
+    # filed under the tar feed's key: a tar-feed export finds it, a mount-feed one does not
+    assert _export(image, out / "h.sqsh", feed="tar", cache_dir=cache).cache == "hit"
+    assert _export(image, out / "m.sqsh", feed="mount", cache_dir=cache).cache == "miss"
+
+
+def test_feed_options(image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(InvalidOptionError):
+        _export(image, tmp_path / "x.sqsh", feed="mount", layers="save")
+    with pytest.raises(InvalidOptionError):
+        _export(image, tmp_path / "x.sqsh", feed="pipe")
+    monkeypatch.setattr(overlay, "unavailable_reason", lambda: "mounting needs root")  # as a non-root user
+    with pytest.raises(OverlayFeedError) as exc:
+        _export(image, tmp_path / "x.sqsh", feed="mount", cache=False)
+    assert exc.value.exit_code == 112 and "mounting needs root" in exc.value.cause
+    assert _export(image, tmp_path / "y.sqsh", cache=False).feed == "tar"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]

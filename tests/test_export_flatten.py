@@ -7,7 +7,9 @@ Layers are built in memory as real tar files, with the whiteout encoding Docker 
 from __future__ import annotations
 
 import io
+import os
 import tarfile
+from pathlib import Path
 
 import pytest
 
@@ -167,3 +169,46 @@ def test_dangling_hardlink_is_an_error_not_a_silent_drop() -> None:
     tree = merge_layers(source)
     with pytest.raises(ValueError, match="target missing"):
         write_merged_tar(tree, source, io.BytesIO(), 0)
+
+
+# --- the overlay feed's top layer (root: whiteouts are device nodes, opacity a trusted.* xattr) ------
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="whiteouts (mknod) and trusted.* xattrs need root")
+def test_top_layer_turns_the_layers_into_the_tree(tmp_path: Path) -> None:
+    import stat
+
+    from envbuilder.export import overlay
+    from envbuilder.export.flatten import MergedTree, apply_layer, synthetic_dir, synthetic_file, synthetic_symlink
+
+    def member(name: str, kind: bytes = tarfile.REGTYPE, mode: int = 0o644, uid: int = 0) -> tarfile.TarInfo:
+        m = tarfile.TarInfo(name)
+        m.type, m.mode, m.uid, m.gid = kind, mode, uid, uid
+        return m
+
+    tree = MergedTree()
+    apply_layer(tree, 0, [member("etc", tarfile.DIRTYPE, 0o750, 7), member("etc/old"), member("etc/keep"),
+                          member("dev", tarfile.DIRTYPE, 0o755), member("dev/null", tarfile.CHRTYPE),
+                          member("opt", tarfile.DIRTYPE), member("opt/d", tarfile.DIRTYPE), member("opt/d/f")])
+    layer_paths = set(tree.entries)
+    tree.remove("etc/old")
+    tree.remove("opt/d")
+    tree.put(synthetic_file("etc/rc", b"#!/bin/sh\n", 0o755))
+    tree.put(synthetic_dir("etc/profile.d"))
+    tree.put(synthetic_symlink("etc/link", "rc"))
+    tree.put(synthetic_dir("new/deep", 0o700))
+    top = tmp_path / "top"
+    overlay.build_top_layer(tree, layer_paths, top)
+
+    etc = (top / "etc").lstat()
+    assert (stat.S_IMODE(etc.st_mode), etc.st_uid, etc.st_gid) == (0o750, 7, 7)  # the tree's, not a default
+    assert (top / "etc/rc").read_bytes() == b"#!/bin/sh\n" and stat.S_IMODE((top / "etc/rc").stat().st_mode) == 0o755
+    assert os.readlink(top / "etc/link") == "rc"
+    assert (top / "etc/profile.d").is_dir() and stat.S_IMODE((top / "new/deep").stat().st_mode) == 0o700
+    for gone in ("etc/old", "opt/d"):  # whiteouts: 0/0 character devices, top-most removed path only
+        st = (top / gone).lstat()
+        assert stat.S_ISCHR(st.st_mode) and st.st_rdev == 0
+    assert not (top / "opt/d").is_dir() and not (top / "etc/keep").exists()
+    assert os.getxattr(top / "dev", overlay.OPAQUE_XATTR) == b"y"  # the layers' device nodes stay hidden
+    assert not (top / "dev/null").exists()
+    assert overlay.dropped_paths(layer_paths, tree) == ["etc/old", "opt/d"]

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from envbuilder.choices import EXPORT_COMPRESSIONS, EXPORT_FORMATS, EXPORT_LAYER_SOURCES, FORMAT_SUFFIXES
+from envbuilder.choices import EXPORT_COMPRESSIONS, EXPORT_FEEDS, EXPORT_FORMATS, EXPORT_LAYER_SOURCES, FORMAT_SUFFIXES
 from envbuilder.cli.options import choice, json_option, lock_dir_input, timings_option
 from envbuilder.console import emit_json, stderr_console
 from envbuilder.errors import InvalidOptionError, ToolMissingError
@@ -43,6 +43,10 @@ def _format_from(output: Path, fmt: str | None) -> str:
 @click.option("--layers", "layers", type=choice(EXPORT_LAYER_SOURCES), default="auto", show_default=True,
               help="Where layers are read: storage = the engine's overlay2 directories (one pass, no docker "
                    "save); save = docker save; auto = storage when readable here.")
+@click.option("--feed", type=choice(EXPORT_FEEDS), default="auto", show_default=True,
+              help="How mksquashfs reads the image: mount = a read-only overlay of the layer directories "
+                   "(needs root; fastest); tar = a tar stream on its stdin; auto = mount when possible. Each "
+                   "is deterministic; the two give different bytes.")
 @click.option("--no-cache", is_flag=True,
               help="Neither reuse nor fill the export cache (ENVBUILDER_EXPORT_CACHE, default "
                    "~/.cache/envbuilder/exports), keyed by image ID and options.")
@@ -59,7 +63,7 @@ def _format_from(output: Path, fmt: str | None) -> str:
 @json_option("Print the export report as JSON on stdout.")
 @timings_option
 def export(image: str, fmt: str | None, output: Path, compression: str | None, squash_options: str | None,
-           lock: Path | None, workdir: Path | None, processors: int | None, layers: str, no_cache: bool,
+           lock: Path | None, workdir: Path | None, processors: int | None, layers: str, feed: str, no_cache: bool,
            gpus_per_node: int, procs_per_node: int | None, nodes: int, train_script: str, no_snippets: bool,
            compare: bool, as_json: bool, timings: bool) -> None:
     """Export IMAGE from the local Docker engine to an enroot .sqsh or an Apptainer .sif."""
@@ -71,7 +75,7 @@ def export(image: str, fmt: str | None, output: Path, compression: str | None, s
     opts = ExportOptions(
         image=image, fmt=_format_from(output, fmt), output=output, squash_options=squash_options,
         lock_dir=lock, workdir=workdir, processors=processors, snippets=not no_snippets,
-        compression=compression, layers=layers, cache=not no_cache,
+        compression=compression, layers=layers, feed=feed, cache=not no_cache,
         launch=LaunchParams(gpus_per_node=gpus_per_node, nodes=nodes, train_script=train_script,
                             procs_per_node=procs_per_node),
     )  # fmt: skip
@@ -93,7 +97,8 @@ def export(image: str, fmt: str | None, output: Path, compression: str | None, s
         return
     mib = result.size / 2**20
     console.print(f"[green]wrote[/] {result.path} ({result.format}, {mib:.1f} MiB, {result.seconds:.1f} s)")
-    console.print(f"  sha256 {result.sha256}")
+    read = "a mounted directory" if result.feed == "mount" else "a tar stream"
+    console.print(f"  sha256 {result.sha256} (mksquashfs read {read})")
     console.print(
         f"  {result.stats['layers']} layers, {result.stats['whiteouts']} whiteouts, "
         f"{result.stats['opaque_dirs']} opaque dirs; source date {result.source_date_epoch}"

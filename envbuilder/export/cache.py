@@ -62,10 +62,11 @@ def mksquashfs_version(binary: str) -> str:
 
 
 def export_key(*, image_id: str, fmt: str, squash_args: list[str], source_date_epoch: int, lock_sha256: str,
-               row: str, image_ref: str, mksquashfs: str) -> str:
+               row: str, image_ref: str, mksquashfs: str, feed: str = "tar") -> str:
+    # feed: mksquashfs lays out a mounted directory and a tar stream differently (other bytes)
     material = {
         "cache_version": CACHE_VERSION, "envbuilder": __version__, "code": code_digest(),
-        "image_id": image_id, "format": fmt, "squash_args": squash_args, "mksquashfs": mksquashfs,
+        "image_id": image_id, "format": fmt, "squash_args": squash_args, "mksquashfs": mksquashfs, "feed": feed,
         "source_date_epoch": source_date_epoch, "lock_sha256": lock_sha256, "row": row,
         "image_ref": image_ref if fmt == "sif" else "",
     }

@@ -25,6 +25,7 @@ from typing import IO, Final, Protocol
 WHITEOUT_PREFIX = ".wh."
 OPAQUE_MARKER = ".wh..wh..opq"
 COPY_CHUNK = 1 << 20
+SENDFILE_MIN = 1 << 18
 # GNU, not PAX: Debian 12's mksquashfs 4.5.1 (-tar) strips the leading '/' from PAX link targets
 TAR_FORMAT: Final = tarfile.GNU_FORMAT
 
@@ -232,58 +233,76 @@ def write_merged_tar(
     inode is emitted as one regular file (the first path in sort order) plus links to it, so
     a link never points at a path a later layer replaced or deleted.
     """
-    stats = {"files": 0, "dirs": 0, "symlinks": 0, "hardlinks": 0, "other": 0, "bytes": 0}
-    first_of_group: dict[tuple[int, str], str] = {}
+    stats = _new_stats()
     with _TarWriter(out) as tar:
-        for entry in ordered_entries(tree, drop_dev_contents):
-            info = _clean_header(entry, entry.path, mtime)
-            data_member: tarfile.TarInfo | None = None
-            data_layer = entry.layer
-            if entry.info.islnk():
-                key = (entry.layer, normalize(entry.info.linkname))
-                if key in first_of_group:
-                    info.type = tarfile.LNKTYPE
-                    info.linkname = first_of_group[key]
-                    tar.addfile(info)
-                    stats["hardlinks"] += 1
-                    continue
-                target = source.member(entry.layer, key[1])
-                if target is None or not target.isreg():
-                    raise ValueError(f"hard link {entry.path} -> {key[1]}: target missing in its layer")
-                first_of_group[key] = entry.path
-                info.type = tarfile.REGTYPE
-                info.linkname = ""
-                data_member = target
-            elif entry.info.isreg() and entry.layer >= 0:
-                key = (entry.layer, entry.path)
-                if key in first_of_group:  # a link to this file sorted first and carries the data
-                    info.type = tarfile.LNKTYPE
-                    info.linkname = first_of_group[key]
-                    tar.addfile(info)
-                    stats["hardlinks"] += 1
-                    continue
-                first_of_group[key] = entry.path
-                data_member = entry.info
-            if entry.info.isreg() or entry.info.islnk():
-                if entry.data is not None:
-                    info.size = len(entry.data)
-                    tar.addfile(info, _BytesReader(entry.data))
-                else:
-                    assert data_member is not None
-                    info.size = data_member.size
-                    tar.addfile_from(info, source, data_layer, data_member)
-                stats["files"] += 1
-                stats["bytes"] += info.size
-            elif info.isdir():
-                tar.addfile(info)
-                stats["dirs"] += 1
-            elif info.issym():
-                tar.addfile(info)
-                stats["symlinks"] += 1
+        for info, data, member in _tar_members(tree, source, mtime, drop_dev_contents, stats):
+            if data is not None:
+                tar.addfile(info, _BytesReader(data))
+            elif member is not None:
+                tar.addfile_from(info, source, member[0], member[1])
             else:
                 tar.addfile(info)
-                stats["other"] += 1
     return stats
+
+
+def merged_stats(tree: MergedTree, source: LayerReader, drop_dev_contents: bool = True) -> dict[str, int]:
+    """The counts write_merged_tar reports, without writing (the directory feed's report)."""
+    stats = _new_stats()
+    for _ in _tar_members(tree, source, 0, drop_dev_contents, stats):
+        pass
+    return stats
+
+
+def _new_stats() -> dict[str, int]:
+    return {"files": 0, "dirs": 0, "symlinks": 0, "hardlinks": 0, "other": 0, "bytes": 0}
+
+
+def _tar_members(tree: MergedTree, source: LayerReader, mtime: int, drop_dev_contents: bool, stats: dict[str, int]
+                 ) -> Iterator[tuple[tarfile.TarInfo, bytes | None, tuple[int, tarfile.TarInfo] | None]]:
+    """(header, synthetic data, (layer, member) holding the data) for each member of the merged tar."""
+    first_of_group: dict[tuple[int, str], str] = {}
+    for entry in ordered_entries(tree, drop_dev_contents):
+        info = _clean_header(entry, entry.path, mtime)
+        data_member: tarfile.TarInfo | None = None
+        if entry.info.islnk():
+            key = (entry.layer, normalize(entry.info.linkname))
+            if key in first_of_group:
+                info.type = tarfile.LNKTYPE
+                info.linkname = first_of_group[key]
+                stats["hardlinks"] += 1
+                yield info, None, None
+                continue
+            target = source.member(entry.layer, key[1])
+            if target is None or not target.isreg():
+                raise ValueError(f"hard link {entry.path} -> {key[1]}: target missing in its layer")
+            first_of_group[key] = entry.path
+            info.type = tarfile.REGTYPE
+            info.linkname = ""
+            data_member = target
+        elif entry.info.isreg() and entry.layer >= 0:
+            key = (entry.layer, entry.path)
+            if key in first_of_group:  # a link to this file sorted first and carries the data
+                info.type = tarfile.LNKTYPE
+                info.linkname = first_of_group[key]
+                stats["hardlinks"] += 1
+                yield info, None, None
+                continue
+            first_of_group[key] = entry.path
+            data_member = entry.info
+        if entry.info.isreg() or entry.info.islnk():
+            stats["files"] += 1
+            if entry.data is not None:
+                info.size = len(entry.data)
+                stats["bytes"] += info.size
+                yield info, entry.data, None
+            else:
+                assert data_member is not None
+                info.size = data_member.size
+                stats["bytes"] += info.size
+                yield info, None, (entry.layer, data_member)
+        else:
+            stats["dirs" if info.isdir() else "symlinks" if info.issym() else "other"] += 1
+            yield info, None, None
 
 
 class _BytesReader:
@@ -368,7 +387,7 @@ class _TarWriter:
     def addfile_from(self, info: tarfile.TarInfo, source: LayerReader, layer: int,
                      member: tarfile.TarInfo) -> None:
         send = getattr(source, "send", None)
-        if send is None or self._fd is None or not info.size:
+        if send is None or self._fd is None or info.size < SENDFILE_MIN:
             with source.open(layer, member) as fh:
                 self.addfile(info, fh)
             return

@@ -19,6 +19,7 @@ import signal
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -26,17 +27,25 @@ from typing import Any
 
 from envbuilder import atomic, canonical
 from envbuilder.canonical import sha256_file
-from envbuilder.choices import EXPORT_LAYER_SOURCES
+from envbuilder.choices import EXPORT_FEEDS, EXPORT_LAYER_SOURCES
 from envbuilder.errors import (
     DiskFullError,
     ExportInterruptedError,
     InvalidOptionError,
     LayerStorageUnreadableError,
     OutputPathError,
+    OverlayFeedError,
 )
-from envbuilder.export import image_source, render, sidecars, squashfs, storage, verify
+from envbuilder.export import image_source, overlay, render, sidecars, squashfs, storage, verify
 from envbuilder.export.cache import ExportCache, export_key, mksquashfs_version
-from envbuilder.export.flatten import LayerReader, LayerSource, MergedTree, merge_layers, write_merged_tar
+from envbuilder.export.flatten import (
+    LayerReader,
+    LayerSource,
+    MergedTree,
+    merge_layers,
+    merged_stats,
+    write_merged_tar,
+)
 from envbuilder.export.formats import FORMATS, ArtifactFormat, get_format
 from envbuilder.lock import record as lock_record
 from envbuilder.lock.record import LockRecord
@@ -55,6 +64,7 @@ class ExportOptions:
     snippets: bool = True
     compression: str | None = None  # squashfs.COMPRESSIONS name; default per format
     layers: str = "auto"  # LAYER_SOURCES: the engine's layer directories, docker save, or storage if readable
+    feed: str = "auto"  # EXPORT_FEEDS: mount the layers for mksquashfs when this process can, else a tar stream
     cache: bool = True  # reuse / fill the content-addressed export cache
     cache_dir: Path | None = None  # default: ENVBUILDER_EXPORT_CACHE, else ~/.cache/envbuilder/exports
 
@@ -83,6 +93,7 @@ class ExportResult:
     cache_key: str = ""
     layers_from: str = ""  # storage | docker-save | cache
     processors: int = 0
+    feed: str = ""  # mount | tar: how mksquashfs read the tree (the cached artifact's, on a hit)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -105,6 +116,7 @@ class ExportResult:
             "cache_key": self.cache_key,
             "layers_from": self.layers_from,
             "processors": self.processors,
+            "feed": self.feed,
         }
 
 
@@ -193,6 +205,11 @@ def export_image(opts: ExportOptions, progress: Callable[[str], None] = lambda _
         raise OutputPathError(f"-o {str(opts.output)!r} is not a file path", "pass a file path, e.g. -o nemo.sqsh")
     if opts.layers not in LAYER_SOURCES:
         raise InvalidOptionError(f"unknown layer source {opts.layers!r}", f"use one of {', '.join(LAYER_SOURCES)}")
+    if opts.feed not in EXPORT_FEEDS:
+        raise InvalidOptionError(f"unknown feed {opts.feed!r}", f"use one of {', '.join(EXPORT_FEEDS)}")
+    if opts.feed == "mount" and opts.layers == "save":
+        raise InvalidOptionError("--feed mount reads the engine's layer directories; --layers save reads none",
+                                 "drop one of the two options")
     output = Path(opts.output).absolute()
     check_output(output)
     squash_args = squash_arguments(opts)
@@ -207,15 +224,20 @@ def export_image(opts: ExportOptions, progress: Callable[[str], None] = lambda _
         raise LayerStorageUnreadableError(
             "the engine's layer directories cannot be read from here (not overlay2, a remote engine, "
             "or no permission)", "use --layers save (docker save), or run as a user who can read them")
+    feed = _intended_feed(opts.feed, dirs)
 
     started = time.monotonic()
     # everything the artifact's bytes depend on is known before any layer is read: the cache key
     info = storage.info_from_inspect(image, opts.image)
     epoch, lock_sha, row = provenance(info, opts.lock_dir)
     cache = ExportCache(opts.cache_dir) if opts.cache else None
-    key = export_key(image_id=info.image_id, fmt=opts.fmt, squash_args=squash_args, source_date_epoch=epoch,
-                     lock_sha256=lock_sha, row=row, image_ref=opts.image,
-                     mksquashfs=mksquashfs_version(mksquashfs)) if cache else ""
+
+    def key_for(feed: str) -> str:
+        return export_key(image_id=info.image_id, fmt=opts.fmt, squash_args=squash_args, source_date_epoch=epoch,
+                          lock_sha256=lock_sha, row=row, image_ref=opts.image,
+                          mksquashfs=mksquashfs_version(mksquashfs), feed=feed) if cache else ""
+
+    key = key_for(feed)
     work_parent = Path(opts.workdir) if opts.workdir else output.parent
     # leftovers of an export that was killed (SIGKILL runs no cleanup); a live one holds its flocks
     for stale in (*atomic.remove_abandoned(output.parent, f".{output.name}.", ".tmp"),
@@ -236,6 +258,7 @@ def export_image(opts: ExportOptions, progress: Callable[[str], None] = lambda _
             if cached is not None:
                 progress(f"cache hit {key[:12]}: {opts.image} was exported with these options before")
                 stats = {k: int(v) for k, v in (cached.get("stats") or {}).items()}
+                feed = str(cached.get("feed") or feed)
                 labels = artifact_labels(info, epoch, lock_sha, row)
                 deffile = render.render_deffile(opts.image, _def_labels(labels, info), row, lock_sha)
                 os.chmod(hit_tmp, 0o644)
@@ -245,8 +268,8 @@ def export_image(opts: ExportOptions, progress: Callable[[str], None] = lambda _
                     epoch, lock_sha, row = provenance(info, opts.lock_dir)
                     labels = artifact_labels(info, epoch, lock_sha, row)
                     deffile = render.render_deffile(opts.image, _def_labels(labels, info), row, lock_sha)
-                    stats = _build(fmt, tmp, info, source, labels, deffile, epoch, lock_sha, squash_args,
-                                   processors, progress)
+                    stats, feed = _build(fmt, tmp, info, source, labels, deffile, epoch, lock_sha, squash_args,
+                                         processors, progress, work, feed)
                 os.chmod(tmp, 0o644)
                 with open(tmp, "rb") as fh:
                     os.fsync(fh.fileno())
@@ -273,11 +296,12 @@ def export_image(opts: ExportOptions, progress: Callable[[str], None] = lambda _
     digest = str(cached["sha256"]) if cached is not None else sha256_file(output)
     size = output.stat().st_size
     if cache is not None and cached is None and done:
+        key = key_for(feed)  # the tar feed's key when the mount was refused
         progress(f"filing the artifact in the export cache ({cache.root})")
         cache.store(key, opts.fmt, output, {
             "sha256": digest, "size": size, "image_id": info.image_id, "format": opts.fmt,
             "squash_options": squash_args, "stats": stats, "source_date_epoch": epoch,
-            "lock_sha256": lock_sha, "row": row})
+            "lock_sha256": lock_sha, "row": row, "feed": feed})
     written: list[Path] = []
     kept: list[Path] = []
     if opts.snippets:
@@ -289,7 +313,7 @@ def export_image(opts: ExportOptions, progress: Callable[[str], None] = lambda _
         sidecars=written, sidecars_kept=kept,
         cache="off" if cache is None else ("hit" if cached is not None else "miss"), cache_key=key,
         layers_from="cache" if cached is not None else ("storage" if dirs else "docker-save"),
-        processors=processors,
+        processors=processors, feed=feed,
     )  # fmt: skip
 
 
@@ -322,13 +346,28 @@ def _open_layers(image: Any, dirs: list[Path] | None, work: Path, ref: str, imag
         yield saved.info, LayerSource(saved.layers)
 
 
+def _intended_feed(requested: str, dirs: list[Path] | None) -> str:
+    """mount or tar: what this export will try (the cache key's feed), before any layer is read."""
+    if requested == "tar":
+        return "tar"
+    reason = "the layers are read from docker save" if dirs is None else overlay.unavailable_reason()
+    if reason is None:
+        return "mount"
+    if requested == "mount":
+        raise OverlayFeedError(f"cannot mount the image's layers for mksquashfs: {reason}",
+                               "run the export as root on the engine's host, or use --feed tar")
+    return "tar"
+
+
 def _build(fmt: ArtifactFormat, tmp: Path, info: image_source.ImageInfo, source: LayerReader,
            labels: dict[str, str], deffile: str, epoch: int, lock_sha: str, squash_args: list[str],
-           processors: int, progress: Callable[[str], None]) -> dict[str, int]:
-    """Merge the layers, add the runtime's files, stream them into mksquashfs, complete the format's
-    file (SIF: header and descriptors), then check every path and symlink against the merged tree."""
+           processors: int, progress: Callable[[str], None], work: Path, feed: str) -> tuple[dict[str, int], str]:
+    """Merge the layers, add the runtime's files, give them to mksquashfs (a mounted directory, else
+    a tar stream), complete the format's file (SIF: header and descriptors), then check every path and
+    symlink against the merged tree. Returns the report's counts and the feed used."""
     progress(f"merging {len(source.layers)} layers")
     tree = merge_layers(source)
+    layer_paths = set(tree.entries) if feed == "mount" else set()
     fmt.add_runtime_files(tree, info, labels, deffile)
     mode, uid, gid = _root_attrs(tree)
     emb = fmt.embedded(deffile, canonical.dumps(labels, ascii_only=True).encode())
@@ -338,12 +377,31 @@ def _build(fmt: ArtifactFormat, tmp: Path, info: image_source.ImageInfo, source:
     )  # fmt: skip
     stats: dict[str, int] = {}
     progress(f"mksquashfs {' '.join(squash_args)} on {processors} cores")
+    expected: verify.FileTree | None = None
+    if feed == "mount":
+        # the report's counts and the paths to verify need only the tree: worked out while mksquashfs
+        # runs (in another process; this thread only waits for it)
+        with ThreadPoolExecutor(1) as pool:
+            counted = pool.submit(lambda: (merged_stats(tree, source), verify.tree_from_merged(tree)))
+            try:
+                _build_mounted(tmp, spec, tree, layer_paths, source, work)
+            except (overlay.Unsupported, squashfs.FeedRefused, OSError) as exc:
+                if isinstance(exc, OSError) and exc.errno not in overlay.FALLBACK_ERRNOS:
+                    raise
+                progress(f"the layers cannot be mounted here ({str(exc).strip() or type(exc).__name__}): "
+                         "streaming them to mksquashfs as a tar")
+                feed = "tar"
+            counts, expected = counted.result()
+        if feed == "mount":
+            stats.update(counts)
+    if feed == "tar":
 
-    def feed(stdin: Any) -> None:
-        stats.update(write_merged_tar(tree, source, stdin, epoch))
+        def stream(stdin: Any) -> None:
+            stats.update(write_merged_tar(tree, source, stdin, epoch))
 
-    squashfs.build_squashfs(tmp, spec, feed)
-    expected = verify.tree_from_merged(tree)
+        squashfs.build_squashfs(tmp, spec, stream)
+    if expected is None:
+        expected = verify.tree_from_merged(tree)
     stats["whiteouts"] = tree.whiteouts_applied
     stats["opaque_dirs"] = tree.opaque_dirs_applied
     stats["layers"] = len(source.layers)
@@ -351,7 +409,20 @@ def _build(fmt: ArtifactFormat, tmp: Path, info: image_source.ImageInfo, source:
     progress("checking every path and symlink against the image")
     checked = verify.verify_artifact(tmp, expected, emb.offset)
     stats["paths_verified"], stats["links_verified"] = checked.paths_checked, checked.links_checked
-    return stats
+    return stats, feed
+
+
+def _build_mounted(tmp: Path, spec: squashfs.SquashSpec, tree: MergedTree, layer_paths: set[str],
+                   source: LayerReader, work: Path) -> None:
+    """mksquashfs of a read-only overlay of the layer directories plus one layer of our changes."""
+    if not isinstance(source, storage.StorageLayerSource) or source.sockets:
+        # sockets: the tar feed drops them (a tar cannot hold one); a mount would keep them
+        raise overlay.Unsupported("a layer holds a socket" if isinstance(source, storage.StorageLayerSource)
+                                  else "the layers are not directories")
+    top = work / "top"
+    overlay.build_top_layer(tree, layer_paths, top)
+    prefix = overlay.mount_command(top, source.dirs, work, "mnt")
+    squashfs.build_squashfs_from_dir(tmp, spec, prefix, work, "mnt", overlay.mount_failed)
 
 
 def write_sidecars(output: Path, opts: ExportOptions, deffile: str) -> tuple[list[Path], list[Path]]:

@@ -154,9 +154,11 @@ class SquashSpec:
     root_gid: int = 0
 
 
-def mksquashfs_command(out: Path, spec: SquashSpec) -> list[str]:
+def mksquashfs_command(out: Path, spec: SquashSpec, source: str = "-") -> list[str]:
+    """mksquashfs reading a tar on stdin (source "-") or the directory `source`."""
+    feed = ["-tar", "-no-strip"] if source == "-" else []
     cmd = [
-        mksquashfs_path(), "-", str(out), "-tar", "-no-strip", "-noappend", "-reproducible",
+        mksquashfs_path(), source, str(out), *feed, "-noappend", "-reproducible",
         "-exit-on-error", "-no-progress", "-quiet", "-no-xattrs",
         "-mkfs-time", str(spec.mtime), "-all-time", str(spec.mtime),
         "-root-mode", f"{spec.root_mode:o}", "-root-uid", str(spec.root_uid), "-root-gid", str(spec.root_gid),
@@ -172,20 +174,39 @@ def _is_disk_full(stderr_text: str) -> bool:
     return "No space left on device" in stderr_text
 
 
+class FeedRefused(RuntimeError):
+    """The directory feed never started mksquashfs (its mount was refused): nothing was written."""
+
+
 def build_squashfs(out: Path, spec: SquashSpec, write_tar: Callable[[IO[bytes]], object]) -> str:
     """Run mksquashfs writing `out`; `write_tar(stdin)` streams the root filesystem tar into it.
 
     Returns mksquashfs's stderr. Raises DiskFullError on ENOSPC, RuntimeError on other failures.
     """
-    cmd = mksquashfs_command(out, spec)
+    return _run(mksquashfs_command(out, spec), out, write_tar)
+
+
+def build_squashfs_from_dir(out: Path, spec: SquashSpec, prefix: list[str], cwd: Path, source: str,
+                            refused: Callable[[int, str], bool]) -> str:
+    """Run `prefix + mksquashfs SOURCE out` in cwd (prefix: what makes SOURCE, e.g. a mount).
+
+    Raises FeedRefused when `refused(returncode, stderr)` says mksquashfs never ran.
+    """
+    return _run([*prefix, *mksquashfs_command(out, spec, source)], out, None, cwd, refused)
+
+
+def _run(cmd: list[str], out: Path, write_tar: Callable[[IO[bytes]], object] | None, cwd: Path | None = None,
+         refused: Callable[[int, str], bool] | None = None) -> str:
     with tempfile.TemporaryFile() as err:
         # own process group, dies with envbuilder (even on SIGKILL): no orphan mksquashfs writing `out`
-        proc = procs.popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err)
-        assert proc.stdin is not None
+        proc = procs.popen(cmd, stdin=subprocess.PIPE if write_tar else subprocess.DEVNULL,
+                           stdout=subprocess.DEVNULL, stderr=err, cwd=cwd)
         broken: BaseException | None = None
         try:
-            write_tar(proc.stdin)
-            proc.stdin.close()
+            if write_tar is not None:
+                assert proc.stdin is not None
+                write_tar(proc.stdin)
+                proc.stdin.close()
         except BrokenPipeError as exc:  # mksquashfs died first: its stderr says why
             broken = exc
         except BaseException:
@@ -194,6 +215,8 @@ def build_squashfs(out: Path, spec: SquashSpec, write_tar: Callable[[IO[bytes]],
         rc = proc.wait()
         err.seek(0)
         text = err.read().decode(errors="replace")
+    if refused is not None and rc != 0 and refused(rc, text):
+        raise FeedRefused(text.strip()[-500:])
     if rc != 0 or broken is not None:
         if _is_disk_full(text):
             raise DiskFullError(

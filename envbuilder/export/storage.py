@@ -103,8 +103,10 @@ def _tarinfo(name: str, st: os.stat_result, full: str) -> tarfile.TarInfo:
     return info
 
 
-def layer_members(root: Path) -> list[tarfile.TarInfo]:
-    """The members a layer tar of `root` would hold, in Docker's walk order (sorted, depth first)."""
+def layer_members(root: Path, sockets: list[str] | None = None) -> list[tarfile.TarInfo]:
+    """The members a layer tar of `root` would hold, in Docker's walk order (sorted, depth first).
+
+    Sockets are left out (appended to `sockets` when given)."""
     members: list[tarfile.TarInfo] = []
     first_path: dict[tuple[int, int], str] = {}  # (dev, ino) -> first path with that inode
 
@@ -115,6 +117,8 @@ def layer_members(root: Path) -> list[tarfile.TarInfo]:
             name = f"{rel}{e.name}"
             st = e.stat(follow_symlinks=False)
             if stat.S_ISSOCK(st.st_mode):
+                if sockets is not None:
+                    sockets.append(name)
                 continue  # Docker's layer tar writer skips sockets too
             if stat.S_ISCHR(st.st_mode) and st.st_rdev == 0:  # overlayfs whiteout
                 wh = tarfile.TarInfo(f"{rel}{WHITEOUT_PREFIX}{e.name}")
@@ -145,10 +149,11 @@ class StorageLayerSource:
         self.layers: list[Path] = dirs
         self._members: dict[int, list[tarfile.TarInfo]] = {}
         self._by_name: dict[int, dict[str, tarfile.TarInfo]] = {}
+        self.sockets: list[str] = []  # in the layers read so far (a tar cannot hold them)
 
     def members(self, layer: int) -> list[tarfile.TarInfo]:
         if layer not in self._members:
-            found = layer_members(self.dirs[layer])
+            found = layer_members(self.dirs[layer], self.sockets)
             self._members[layer] = found
             self._by_name[layer] = {normalize(m.name): m for m in found}
         return self._members[layer]
