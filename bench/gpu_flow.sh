@@ -50,7 +50,7 @@ cublas_preload() {
 }
 
 wheels_bg() {  # $1 = output wheelhouse; a snapshot of the sources so later calls' checkouts cannot change it
-  rm -rf "$G/src-w" && mkdir -p "$G/src-w" && cp -r envbuilder "$G/src-w/"
+  rm -rf "$G/src-w" && mkdir -p "$G/src-w" && cp -r envbuilder matrices "$G/src-w/"
   rm -f "$G/logs/wheels.rc"
   setsid nohup bash -c "cd '$G' && PYTHONPATH='$G/src-w:$G/site' '$PY' -m envbuilder wheels \
       --lock '$G/venv/envbuilder-lock' -o '$1' --torch-from host --interpreter '$G/venv/bin/python' \
@@ -82,6 +82,9 @@ install)
   wheels_bg "$G/wh"
   echo "wheels started in the background"
   ;;
+wheels)
+  wheels_bg "$G/wh"; echo "wheels restarted in the background"
+  ;;
 poll)
   t0=$(now); lim=${2:-540}
   while [ ! -f "$G/logs/wheels.rc" ] && python3 -c "import sys; sys.exit(0 if $(since "$t0") < $lim else 1)"; do
@@ -107,10 +110,10 @@ install2)
   ;;
 certify)
   pre=$(cublas_preload) || { echo "cuBLAS parts damaged"; exit 1; }
-  mkdir -p "$OUT/cert" && t0=$(now)
+  mkdir -p "$OUT/certlog" && t0=$(now)
   LD_PRELOAD=$pre eb certify --venv "$G/venv" --lock "$G/venv/envbuilder-lock" --level 1 ${ONLY:+--only "$ONLY"} \
-      -o "$OUT/cert" --logs "$OUT/cert/logs" --json > "$OUT/cert/certificate.stdout.json" 2> "$OUT/cert/console.txt"
-  echo "certify rc=$? in $(since "$t0") s (LD_PRELOAD=${pre:-none})"; grep -E "PASS|FAIL|not-installed|SKIP" "$OUT/cert/console.txt" | tail -30
+      -o "$OUT/cert" --logs "$OUT/certlog/logs" --json > "$OUT/certlog/certificate.stdout.json" 2> "$OUT/certlog/console.txt"
+  echo "certify rc=$? in $(since "$t0") s (LD_PRELOAD=${pre:-none})"; grep -E "PASS|FAIL|not-installed|SKIP|pass|fail" "$OUT/certlog/console.txt" | tail -30
   ;;
 fresh)  # the north star: bundle + cached wheelhouse -> level-1 certificate, nothing compiled
   pre=$(cublas_preload) || exit 1

@@ -65,3 +65,20 @@ def test_level0_on_a_synced_venv_and_verify(synced: tuple[Path, Path], tmp_path:
     drift = next(c for c in data["checks"] if c["name"] == "drift")
     assert drift["measured"]["mismatched"] == {"six": {"installed": "1.15.0", "locked": "1.16.0"}}
     assert _envbuilder("verify-cert", str(out2 / "certificate.json"), "--lock", str(lock)).returncode == 50
+
+
+def test_callers_pythonpath_is_not_part_of_a_venv(synced: tuple[Path, Path], tmp_path: Path) -> None:
+    """envbuilder run from a PYTHONPATH (its own dependencies, as on the GPU machines) certifies the venv,
+    not the venv plus that path: a newer idna on the caller's path is no drift of the venv."""
+    import os
+
+    lock, venv = synced
+    extra = tmp_path / "callers-site" / "idna-9.9.dist-info"
+    extra.mkdir(parents=True)
+    (extra / "METADATA").write_text("Metadata-Version: 2.1\nName: idna\nVersion: 9.9\n")
+    env = {**os.environ, "PYTHONPATH": str(extra.parent)}
+    proc = subprocess.run([sys.executable, "-m", "envbuilder", "certify", "--venv", str(venv), "--lock", str(lock),
+                           "--level", "0", "--only", "drift", "-o", str(tmp_path / "cert"), "--json"],
+                          capture_output=True, text=True, timeout=600, env=env)
+    drift = next(c for c in json.loads(proc.stdout)["checks"] if c["name"] == "drift")
+    assert "idna" not in drift["measured"]["mismatched"], drift  # (six may be downgraded by the test above)

@@ -107,6 +107,9 @@ def build_config(steps: int) -> Any:
     cfg.model.tensor_model_parallel_size = cfg.model.pipeline_model_parallel_size = 1
     cfg.model.context_parallel_size = 1
     cfg.model.sequence_parallel = False
+    # the recipe fuses gradient accumulation through APEX's fused_weight_gradient_mlp_cuda, which NGC images
+    # carry and PyPI does not (megatron/core/tensor_parallel/layers.py raises without it)
+    cfg.model.gradient_accumulation_fusion = False
     cfg.model.seq_length = cfg.dataset.seq_length = SEQ
     cfg.model.vocab_size = None  # setup() takes the tokenizer's and pads it (training/setup.py)
     cfg.train.train_iters = steps
@@ -128,6 +131,20 @@ def model_facts(cfg: Any) -> dict[str, Any]:
             "seq": SEQ, "vocab": cfg.tokenizer.vocab_size, "gbs": GBS, "mbs": MBS}
 
 
+def skip_helper_compile() -> None:
+    """megatron.bridge.training.initialize runs megatron.core's compile_helpers() (`make -C
+    megatron/core/datasets`) on every start; the PyPI megatron-core wheel ships that extension prebuilt
+    (helpers_cpp.*.so) but not its Makefile, so `make` fails and pretrain exits. Use the shipped one."""
+    import importlib
+
+    try:
+        importlib.import_module("megatron.core.datasets.helpers_cpp")
+    except ImportError:
+        return  # a source checkout: let Megatron-Bridge compile it as usual
+    init: Any = importlib.import_module("megatron.bridge.training.initialize")
+    init.compile_helpers = lambda: print("> dataset index builder: using the prebuilt helpers_cpp", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, required=True)
@@ -145,6 +162,7 @@ def main() -> None:
     from megatron.bridge.training.gpt_step import forward_step
     from megatron.bridge.training.pretrain import pretrain
 
+    skip_helper_compile()
     cfg = build_config(a.steps)
     losses: list[float] = []
     step_ends: list[float] = []

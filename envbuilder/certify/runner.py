@@ -110,9 +110,14 @@ class _HostTarget:
     def python(self) -> str:
         return sys.executable
 
+    #: the caller's PYTHONPATH is part of what is certified (in-place), or envbuilder's own (a venv: it would
+    #: put envbuilder's dependencies beside the venv's and fail drift with packages the venv never had)
+    keep_pythonpath: ClassVar[bool] = True
+
     def command(self, inner_args: list[str], in_dir: Path, out_dir: Path, gpus: bool) -> Command:
         env = _base_env()
-        env["PYTHONPATH"] = str(package_root()) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        inherited = env.get("PYTHONPATH") if self.keep_pythonpath else None
+        env["PYTHONPATH"] = str(package_root()) + (os.pathsep + inherited if inherited else "")
         return [self.python(), *_module(inner_args)], env, []
 
     def inner_paths(self, in_dir: Path, out_dir: Path) -> tuple[str, str]:
@@ -137,6 +142,7 @@ class VenvTarget(_HostTarget):
     """A virtual environment's root directory; its bin/python runs the checks."""
 
     kind: ClassVar[str] = "venv"
+    keep_pythonpath: ClassVar[bool] = False
 
     def python(self) -> str:
         assert self.ref

@@ -49,6 +49,9 @@ WHEELHOUSE_RECORD = "wheelhouse.json"
 SCHEMA = 1
 # A100, A10/RTX 30xx, L40/RTX 40xx, H100/H200 (the image build's default too)
 DEFAULT_ARCH_LIST = "8.0;8.6;8.9;9.0"
+#: wheels that keep their upstream version (no +cu130torch2.11... tag): a sibling package checks it exactly
+#: (NVIDIA/TransformerEngine:transformer_engine/common/__init__.py@v2.14, load_framework_extension)
+EXACT_VERSION_PACKAGES = frozenset({"transformer-engine-torch"})
 
 
 @dataclass
@@ -322,12 +325,17 @@ def build_one(name: str, files: LockedFiles, record: LockRecord, facts: TorchFac
                      f"(sha256 {patch.sha256[:12]})")
         jobs = opts.jobs or default_jobs(name)
         arch_for_key = archs.torch if device_code else "none"
+        # transformer_engine/common/__init__.py (load_framework_extension) asserts that transformer-engine-torch's
+        # version equals transformer-engine's and the core's, local part included: a local tag breaks the import
+        keep_version = name in EXACT_VERSION_PACKAGES
         facts_key = {
             "package": name, "version": files.version, "sdist_sha256": sdist_sha, "torch": facts.torch,
             "cuda": facts.cuda, "cxx11abi": facts.cxx11abi, "arch_list": arch_for_key, "python": facts.py_tag,
             "patch": patch.sha256 if patch else None, "stage2_env": dict(sorted(stage2_env.items())),
             "platform": "linux-x86_64",
         }
+        if keep_version:
+            facts_key["local_version"] = False
         key = wcache.cache_key(facts_key)
         hit = wcache.lookup(cache, key)
         if hit is not None:
@@ -355,8 +363,11 @@ def build_one(name: str, files: LockedFiles, record: LockRecord, facts: TorchFac
             arch_check = "skipped: no .cu sources, only CUDA headers (host code; no GPU code to check)"
         else:
             arch_check = "skipped: the sdist has no CUDA sources (C++ extension only)"
-        tag = local_tag(facts.cuda, facts.torch, facts.cxx11abi, archs.tag if device_code else "")
-        named = add_local_version(run.wheel, tag, work / "named")
+        if keep_version:
+            named = run.wheel  # the ABI it was built for is in wheelhouse.json and the cache key
+        else:
+            tag = local_tag(facts.cuda, facts.torch, facts.cxx11abi, archs.tag if device_code else "")
+            named = add_local_version(run.wheel, tag, work / "named")
         entry = wcache.store(cache, key, named, {"package": name, "version": files.version, "facts": facts_key,
                                                  "arch_env": knobs.env, "arch_check": arch_check,
                                                  "archs": [o.to_dict() for o in found],
