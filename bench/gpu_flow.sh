@@ -115,15 +115,17 @@ certify)
       -o "$OUT/cert" --logs "$OUT/certlog/logs" --json > "$OUT/certlog/certificate.stdout.json" 2> "$OUT/certlog/console.txt"
   echo "certify rc=$? in $(since "$t0") s (LD_PRELOAD=${pre:-none})"; grep -E "PASS|FAIL|not-installed|SKIP|pass|fail" "$OUT/certlog/console.txt" | tail -30
   ;;
-fresh)  # the north star: bundle + cached wheelhouse -> level-1 certificate, nothing compiled
+fresh)  # the north star: a bundle that carries its wheelhouse -> level-1 certificate, nothing compiled
   pre=$(cublas_preload) || exit 1
-  rm -rf "$G/venv-fresh"; mkdir -p "$OUT/fresh" && t0=$(now)
-  eb install "$G/bundle" --venv "$G/venv-fresh" --python "$PY" --system-site-packages --wheelhouse "$G/wh" \
-      --json --timings > "$OUT/fresh/install.json" 2> "$OUT/fresh/install.err"
-  echo "fresh install rc=$? in $(since "$t0") s"; t1=$(now)
+  rm -rf "$G/venv-fresh"; mkdir -p "$OUT/freshlog" && t0=$(now)
+  eb install "$G/bundle" --venv "$G/venv-fresh" --python "$PY" --system-site-packages --json --timings \
+      > "$OUT/freshlog/install.json" 2> "$OUT/freshlog/install.err"
+  echo "fresh install rc=$? in $(since "$t0") s"; tail -2 "$OUT/freshlog/install.err"; t1=$(now)
   LD_PRELOAD=$pre eb certify --venv "$G/venv-fresh" --lock "$G/venv-fresh/envbuilder-lock" --level 1 \
-      -o "$OUT/fresh" --json > "$OUT/fresh/certificate.stdout.json" 2> "$OUT/fresh/console.txt"
-  echo "certify rc=$? in $(since "$t1") s; total $(since "$t0") s"; grep -E "PASS|FAIL" "$OUT/fresh/console.txt" | tail -5
+      -o "$OUT/fresh" --logs "$OUT/freshlog/logs" --json > "$OUT/freshlog/certificate.stdout.json" \
+      2> "$OUT/freshlog/console.txt"
+  echo "certify rc=$? in $(since "$t1") s; install + certify $(since "$t0") s"
+  grep -E "pass|fail|not-installed|skipped" "$OUT/freshlog/console.txt" | grep -v "│" | tail -20
   ;;
 *) echo "unknown step $STEP"; exit 2 ;;
 esac
