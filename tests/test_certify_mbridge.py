@@ -118,6 +118,12 @@ def test_tiny_model_keeps_qwen25_head_layout() -> None:
     assert worker.GBS % worker.MBS == 0
 
 
+def test_run_dir_is_beside_the_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    d = worker.run_dir_for(Path("sub") / "r.json")
+    assert d == tmp_path / "sub" / "mbridge-run" and d.is_dir() and d.is_absolute()
+
+
 def test_worker_fails_loudly_without_the_stack(tmp_path: Path) -> None:
     """Where megatron.bridge cannot be imported the worker exits non-zero and writes no result."""
     out = tmp_path / "r.json"

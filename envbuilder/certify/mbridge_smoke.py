@@ -70,6 +70,14 @@ def result_payload(losses: list[float], step_ends: list[float], steps: int, mode
             "layout": {"dp": 1, "tp": 1, "pp": 1, "cp": 1}, "model": model}
 
 
+def run_dir_for(out: Path) -> Path:
+    """The working directory of the run, beside --out: the recipe derives its default output directories
+    (nemo_experiments/...) from the working directory."""
+    d = out.resolve().parent / "mbridge-run"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
 def write_atomic(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data))
@@ -150,13 +158,11 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--steps", type=int, default=30)
     a = ap.parse_args()
+    a.out = a.out.resolve()  # before the chdir below
     a.out.unlink(missing_ok=True)
     for k, v in OFFLINE_ENV.items():
         os.environ.setdefault(k, v)
-    # the recipe puts its default output directories under the working directory: keep them beside --out
-    run_dir = a.out.parent / "mbridge-run"
-    run_dir.mkdir(parents=True, exist_ok=True)
-    os.chdir(run_dir)
+    os.chdir(run_dir_for(a.out))
 
     from megatron.bridge.training.callbacks import CallbackManager
     from megatron.bridge.training.gpt_step import forward_step
