@@ -212,3 +212,63 @@ def test_top_layer_turns_the_layers_into_the_tree(tmp_path: Path) -> None:
     assert os.getxattr(top / "dev", overlay.OPAQUE_XATTR) == b"y"  # the layers' device nodes stay hidden
     assert not (top / "dev/null").exists()
     assert overlay.dropped_paths(layer_paths, tree) == ["etc/old", "opt/d"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="whiteouts (mknod) and trusted.* xattrs need root")
+def test_point_lookup_agrees_with_the_full_merge(tmp_path: Path) -> None:
+    """overlay.lookup (what the mount feed builds its top layer from) against merge_layers of the same
+    layer directories, for every path any layer holds: whiteouts, an opaque dir, a file replacing a
+    dir, a dir replacing a file, a symlink in the path, a socket."""
+    import socket
+    import stat
+
+    from envbuilder.export import overlay
+    from envbuilder.export.storage import StorageLayerSource
+
+    layers = [tmp_path / f"l{i}" for i in range(3)]
+
+    def make(layer: int, path: str, kind: str = "f", mode: int = 0o644) -> None:
+        p = layers[layer] / path
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if kind == "d":
+            p.mkdir(exist_ok=True)
+        elif kind == "f":
+            p.write_text(path)
+        elif kind == "l":
+            p.symlink_to("target")
+        elif kind == "wh":
+            os.mknod(p, stat.S_IFCHR | 0o600, os.makedev(0, 0))
+        elif kind == "sock":
+            with socket.socket(socket.AF_UNIX) as s:
+                s.bind(str(p))
+        if kind in ("d", "f"):
+            os.chmod(p, mode)
+
+    for d in layers:
+        d.mkdir()
+    make(0, "etc/a")
+    make(0, "etc/b")
+    make(0, "opq/x/deep")
+    make(0, "filedir")
+    make(0, "dirfile/inner")
+    make(0, "usr/lib/x")
+    make(0, "run/s.sock", "sock")
+    make(1, "etc", "d", 0o750)
+    make(1, "etc/b", "wh")
+    make(1, "opq", "d", 0o700)
+    os.setxattr(layers[1] / "opq", overlay.OPAQUE_XATTR, b"y")
+    make(1, "opq/y")
+    make(1, "filedir/now", "f")
+    make(1, "dirfile", "f")
+    make(2, "lib", "l")
+    make(2, "etc/c")
+    make(2, "opq/x", "wh")
+    tree = merge_layers(StorageLayerSource(layers))
+    every = {str(p.relative_to(d)) for d in layers for p in d.rglob("*")}
+    for path in sorted(every | {"lib/x", "etc/b/z", "dirfile/inner", "nope"}):
+        got = overlay.lookup(layers, path)
+        want = tree.get(path)
+        assert (got is None) == (want is None), path
+        if got is not None and want is not None:
+            assert (got.layer, got.info.type, got.info.mode, got.info.uid) == \
+                   (want.layer, want.info.type, want.info.mode, want.info.uid), path

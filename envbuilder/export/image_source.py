@@ -77,6 +77,68 @@ def docker_client() -> Any:
         ) from exc
 
 
+@dataclass
+class InspectedImage:
+    """An image as the engine's inspect endpoint describes it: what reading layers from the engine's
+    storage needs (`attrs`, `id`). The docker SDK (a quarter-second import) loads only to `save` it."""
+
+    ref: str
+    attrs: dict[str, Any]
+
+    @property
+    def id(self) -> str:
+        return str(self.attrs.get("Id") or "")
+
+    def save(self, chunk_size: int, named: bool = False) -> Any:
+        return get_image(docker_client(), self.ref).save(chunk_size=chunk_size, named=named)
+
+
+def find_image(ref: str) -> Any:
+    """The image `ref` in the local engine: inspected over its unix socket, else through the SDK."""
+    image = _inspect_over_socket(ref)
+    return image if image is not None else get_image(docker_client(), ref)
+
+
+def _inspect_over_socket(ref: str) -> InspectedImage | None:
+    """GET /images/REF/json on the engine's unix socket; None when that is not how the engine is reached
+    or it does not answer (the SDK then reports what is wrong)."""
+    import http.client
+    import os
+    import socket
+    import urllib.parse
+
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    if not host.startswith("unix://"):
+        return None
+    path = host.removeprefix("unix://")
+
+    class UnixConnection(http.client.HTTPConnection):
+        def connect(self) -> None:
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.settimeout(60)
+            self.sock.connect(path)
+
+    conn = UnixConnection("localhost")
+    try:
+        conn.request("GET", f"/images/{urllib.parse.quote(ref, safe='/:@')}/json")
+        resp = conn.getresponse()
+        body = resp.read()
+    except (OSError, http.client.HTTPException):
+        return None
+    finally:
+        conn.close()
+    if resp.status == 404:
+        raise ImageNotFoundError(
+            f"image {ref!r} is not in the local Docker engine",
+            "build it first (make image / envbuilder build LOCKDIR --tag TAG) or check `docker images`",
+        )
+    try:
+        attrs = json.loads(body) if resp.status == 200 else None
+    except ValueError:
+        return None
+    return InspectedImage(ref, attrs) if isinstance(attrs, dict) and attrs.get("Id") else None
+
+
 def get_image(client: Any, ref: str) -> Any:
     import docker.errors
 

@@ -12,6 +12,12 @@ here from the tree: the runtime's files, directories and symlinks as the tree ha
 directories above those with the tree's attributes, a whiteout for every layer path the tree
 dropped, and /dev made opaque (device nodes are the runtime's job: the tar feed drops them too).
 
+The top layer is written before the layers are merged, from point lookups of the few paths the
+runtime's files touch (`LookupTree`: overlayfs's own lookup rules over the layer directories), so
+mksquashfs starts at once; the full merge that the report and the check of every path need runs
+while it works. That check compares the artifact with the full merge, so a lookup that went wrong
+cannot go unnoticed.
+
 The mount exists only in a private mount namespace (`unshare --mount`) that holds mksquashfs and
 nothing else: no other process sees it, and it vanishes with mksquashfs however the export ends,
 so a killed export leaves no mount behind. Mounting needs root (CAP_SYS_ADMIN); without it, or
@@ -30,8 +36,10 @@ import posixpath
 import shutil
 import stat
 from pathlib import Path
+from typing import Any
 
-from envbuilder.export.flatten import MergedTree, sort_key
+from envbuilder.export.flatten import Entry, MergedTree, sort_key
+from envbuilder.export.storage import OPAQUE_XATTRS, tarinfo_of
 
 OPAQUE_XATTR = "trusted.overlay.opaque"
 # sh script run inside the new mount namespace: mount, then become mksquashfs. 97 = the mount failed.
@@ -60,6 +68,81 @@ def unavailable_reason() -> str | None:
     except OSError:
         return "cannot read /proc/filesystems"
     return None
+
+
+class _Lookups(dict[str, Entry]):
+    """path -> Entry: entries put here, else what the layers show at that path (looked up, then kept)."""
+
+    def __init__(self, dirs: list[Path]) -> None:
+        super().__init__()
+        self._dirs = dirs
+
+    def __contains__(self, path: object) -> bool:
+        return self.get(path) is not None
+
+    def get(self, path: Any, default: Any = None) -> Any:
+        if dict.__contains__(self, path):
+            return self[path]
+        found = lookup(self._dirs, path) if isinstance(path, str) and path else None
+        if found is None:
+            return default
+        self[path] = found
+        return found
+
+
+class LookupTree(MergedTree):
+    """A MergedTree that knows only the paths asked for: enough for the runtime's files and the top layer."""
+
+    def __init__(self, dirs: list[Path]) -> None:
+        super().__init__()
+        self.entries = _Lookups(dirs)
+
+
+def lookup(dirs: list[Path], path: str) -> Entry | None:
+    """What an overlay of `dirs` (bottom first) shows at `path`: the top-most layer's entry, None if none.
+
+    overlayfs rules: along the path, the top-most layer holding a component decides; a whiteout
+    (0/0 character device) or a non-directory there hides every lower layer, and an opaque
+    directory hides the lower layers' contents of that directory.
+    """
+    visible = list(range(len(dirs) - 1, -1, -1))  # layers that can still contribute, top first
+    parts = path.split("/")
+    found: tuple[int, os.stat_result] | None = None
+    for depth in range(len(parts)):
+        prefix = "/".join(parts[: depth + 1])
+        found, below = None, []
+        for layer in visible:
+            full = dirs[layer] / prefix
+            try:
+                st = full.lstat()
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            if stat.S_ISCHR(st.st_mode) and st.st_rdev == 0:
+                break  # whiteout: gone here and below
+            if stat.S_ISSOCK(st.st_mode):
+                break  # the merge leaves sockets out (a tar cannot hold one): as if absent
+            if found is None:
+                found = (layer, st)
+            if not stat.S_ISDIR(st.st_mode) or not stat.S_ISDIR(found[1].st_mode):
+                break  # a non-directory hides the layers below
+            below.append(layer)
+            if any(_xattr(full, name) == b"y" for name in OPAQUE_XATTRS):
+                break
+        if found is None:
+            return None
+        if depth < len(parts) - 1 and not stat.S_ISDIR(found[1].st_mode):
+            return None  # a file where the path needs a directory
+        visible = below
+    assert found is not None
+    layer, st = found
+    return Entry(path=path, info=tarinfo_of(path, st, str(dirs[layer] / path)), layer=layer)
+
+
+def _xattr(path: Path, name: str) -> bytes | None:
+    try:
+        return os.getxattr(path, name, follow_symlinks=False)
+    except OSError:
+        return None
 
 
 def dropped_paths(layer_paths: set[str], tree: MergedTree) -> list[str]:

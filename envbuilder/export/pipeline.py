@@ -19,7 +19,7 @@ import signal
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -29,6 +29,7 @@ from envbuilder import atomic, canonical
 from envbuilder.canonical import sha256_file
 from envbuilder.choices import EXPORT_FEEDS, EXPORT_LAYER_SOURCES
 from envbuilder.errors import (
+    ArtifactImageMismatchError,
     DiskFullError,
     ExportInterruptedError,
     InvalidOptionError,
@@ -216,8 +217,7 @@ def export_image(opts: ExportOptions, progress: Callable[[str], None] = lambda _
     mksquashfs = squashfs.mksquashfs_path()  # ToolMissingError before any work
     processors = opts.processors or squashfs.default_processors()
 
-    client = image_source.docker_client()
-    image = image_source.get_image(client, opts.image)
+    image = image_source.find_image(opts.image)
     image_size = int(image.attrs.get("Size") or 0)
     dirs = storage.storage_layer_dirs(image) if opts.layers != "save" else None
     if opts.layers == "storage" and dirs is None:
@@ -251,6 +251,7 @@ def export_image(opts: ExportOptions, progress: Callable[[str], None] = lambda _
     done = False
     cached: dict[str, Any] | None = None
     stats: dict[str, int] = {}
+    built_sha = ""
     try:
         with _signals_interrupt(), atomic.hold(tmp), atomic.hold(work):
             if cache is not None:
@@ -268,8 +269,8 @@ def export_image(opts: ExportOptions, progress: Callable[[str], None] = lambda _
                     epoch, lock_sha, row = provenance(info, opts.lock_dir)
                     labels = artifact_labels(info, epoch, lock_sha, row)
                     deffile = render.render_deffile(opts.image, _def_labels(labels, info), row, lock_sha)
-                    stats, feed = _build(fmt, tmp, info, source, labels, deffile, epoch, lock_sha, squash_args,
-                                         processors, progress, work, feed)
+                    stats, feed, built_sha = _build(fmt, tmp, info, source, labels, deffile, epoch, lock_sha,
+                                                    squash_args, processors, progress, work, feed)
                 os.chmod(tmp, 0o644)
                 with open(tmp, "rb") as fh:
                     os.fsync(fh.fileno())
@@ -293,7 +294,7 @@ def export_image(opts: ExportOptions, progress: Callable[[str], None] = lambda _
                 leftover.unlink()
         shutil.rmtree(work, ignore_errors=True)
 
-    digest = str(cached["sha256"]) if cached is not None else sha256_file(output)
+    digest = str(cached["sha256"]) if cached is not None else built_sha
     size = output.stat().st_size
     if cache is not None and cached is None and done:
         key = key_for(feed)  # the tar feed's key when the mount was refused
@@ -361,68 +362,100 @@ def _intended_feed(requested: str, dirs: list[Path] | None) -> str:
 
 def _build(fmt: ArtifactFormat, tmp: Path, info: image_source.ImageInfo, source: LayerReader,
            labels: dict[str, str], deffile: str, epoch: int, lock_sha: str, squash_args: list[str],
-           processors: int, progress: Callable[[str], None], work: Path, feed: str) -> tuple[dict[str, int], str]:
+           processors: int, progress: Callable[[str], None], work: Path, feed: str
+           ) -> tuple[dict[str, int], str, str]:
     """Merge the layers, add the runtime's files, give them to mksquashfs (a mounted directory, else
     a tar stream), complete the format's file (SIF: header and descriptors), then check every path and
-    symlink against the merged tree. Returns the report's counts and the feed used."""
+    symlink against the merged tree. Returns the report's counts, the feed used and the file's sha256."""
+    emb = fmt.embedded(deffile, canonical.dumps(labels, ascii_only=True).encode())
+    progress(f"mksquashfs {' '.join(squash_args)} on {processors} cores")
+    if feed == "mount":
+        try:
+            tree, counts, expected = _build_mounted(fmt, tmp, info, source, labels, deffile, emb.offset, epoch,
+                                                    squash_args, processors, work)
+            sha256 = _finish(fmt, tmp, emb, info, lock_sha, squash_args, epoch, tree, len(source.layers), counts,
+                             expected, progress)
+            return counts, "mount", sha256
+        except (overlay.Unsupported, squashfs.FeedRefused, OSError) as exc:
+            if isinstance(exc, OSError) and exc.errno not in overlay.FALLBACK_ERRNOS:
+                raise
+            progress(f"the layers cannot be mounted here ({str(exc).strip() or type(exc).__name__}): "
+                     "streaming them to mksquashfs as a tar")
+        except ArtifactImageMismatchError as exc:
+            progress(f"warning: the mounted layers differ from the merged image ({exc.cause}): "
+                     "building again from a tar stream")
     progress(f"merging {len(source.layers)} layers")
     tree = merge_layers(source)
-    layer_paths = set(tree.entries) if feed == "mount" else set()
     fmt.add_runtime_files(tree, info, labels, deffile)
-    mode, uid, gid = _root_attrs(tree)
-    emb = fmt.embedded(deffile, canonical.dumps(labels, ascii_only=True).encode())
-    spec = squashfs.SquashSpec(
-        mtime=epoch, options=squash_args, processors=processors, offset=emb.offset,
-        root_mode=mode, root_uid=uid, root_gid=gid,
-    )  # fmt: skip
     stats: dict[str, int] = {}
-    progress(f"mksquashfs {' '.join(squash_args)} on {processors} cores")
-    expected: verify.FileTree | None = None
-    if feed == "mount":
-        # the report's counts and the paths to verify need only the tree: worked out while mksquashfs
-        # runs (in another process; this thread only waits for it)
-        with ThreadPoolExecutor(1) as pool:
-            counted = pool.submit(lambda: (merged_stats(tree, source), verify.tree_from_merged(tree)))
-            try:
-                _build_mounted(tmp, spec, tree, layer_paths, source, work)
-            except (overlay.Unsupported, squashfs.FeedRefused, OSError) as exc:
-                if isinstance(exc, OSError) and exc.errno not in overlay.FALLBACK_ERRNOS:
-                    raise
-                progress(f"the layers cannot be mounted here ({str(exc).strip() or type(exc).__name__}): "
-                         "streaming them to mksquashfs as a tar")
-                feed = "tar"
-            counts, expected = counted.result()
-        if feed == "mount":
-            stats.update(counts)
-    if feed == "tar":
 
-        def stream(stdin: Any) -> None:
-            stats.update(write_merged_tar(tree, source, stdin, epoch))
+    def stream(stdin: Any) -> None:
+        stats.update(write_merged_tar(tree, source, stdin, epoch))
 
-        squashfs.build_squashfs(tmp, spec, stream)
-    if expected is None:
-        expected = verify.tree_from_merged(tree)
+    squashfs.build_squashfs(tmp, _spec(tree, epoch, squash_args, processors, emb.offset), stream)
+    sha256 = _finish(fmt, tmp, emb, info, lock_sha, squash_args, epoch, tree, len(source.layers), stats,
+                     verify.tree_from_merged(tree), progress)
+    return stats, "tar", sha256
+
+
+def _spec(tree: MergedTree, epoch: int, squash_args: list[str], processors: int, offset: int) -> squashfs.SquashSpec:
+    mode, uid, gid = _root_attrs(tree)
+    return squashfs.SquashSpec(mtime=epoch, options=squash_args, processors=processors, offset=offset,
+                               root_mode=mode, root_uid=uid, root_gid=gid)
+
+
+def _build_mounted(fmt: ArtifactFormat, tmp: Path, info: image_source.ImageInfo, source: LayerReader,
+                   labels: dict[str, str], deffile: str, offset: int, epoch: int, squash_args: list[str],
+                   processors: int, work: Path) -> tuple[MergedTree, dict[str, int], verify.FileTree]:
+    """mksquashfs of a read-only overlay of the layer directories plus our top layer, built from point
+    lookups so mksquashfs starts at once; the full merge (report counts, the paths to verify) runs
+    meanwhile. Raises overlay.Unsupported when the result would not be the tar feed's image."""
+    if not isinstance(source, storage.StorageLayerSource):
+        raise overlay.Unsupported("the layers are not directories")
+    lazy = overlay.LookupTree(source.dirs)
+    fmt.add_runtime_files(lazy, info, labels, deffile)
+    spec = _spec(lazy, epoch, squash_args, processors, offset)
+    top = work / "top"
+    overlay.build_top_layer(lazy, set(), top)
+    prefix = overlay.mount_command(top, source.dirs, work, "mnt")
+
+    def merged() -> tuple[MergedTree, dict[str, int], verify.FileTree]:
+        tree = merge_layers(source)
+        fmt.add_runtime_files(tree, info, labels, deffile)
+        return tree, merged_stats(tree, source), verify.tree_from_merged(tree)
+
+    with ThreadPoolExecutor(1) as pool:  # this thread only waits for mksquashfs (another process)
+        job = pool.submit(merged)
+        try:
+            squashfs.build_squashfs_from_dir(tmp, spec, prefix, work, "mnt", overlay.mount_failed)
+        finally:
+            wait([job])
+    tree, stats, expected = job.result()
+    if source.sockets:  # the tar feed drops them (a tar cannot hold one); the mount kept them
+        raise overlay.Unsupported(f"a layer holds a socket ({source.sockets[0]})")
+    if _root_attrs(tree) != (spec.root_mode, spec.root_uid, spec.root_gid):
+        raise overlay.Unsupported("the image's root directory attributes differ from the lookup's")
+    return tree, stats, expected
+
+
+def _finish(fmt: ArtifactFormat, tmp: Path, emb: Any, info: image_source.ImageInfo, lock_sha: str,
+            squash_args: list[str], epoch: int, tree: MergedTree, layers: int, stats: dict[str, int],
+            expected: verify.FileTree, progress: Callable[[str], None]) -> str:
+    """Complete the format's file, check every path and symlink in it against the merged tree (adding
+    the counts to `stats`); returns the file's sha256."""
     stats["whiteouts"] = tree.whiteouts_applied
     stats["opaque_dirs"] = tree.opaque_dirs_applied
-    stats["layers"] = len(source.layers)
+    stats["layers"] = layers
     fmt.finish(tmp, emb, info, lock_sha, squash_args, epoch)
     progress("checking every path and symlink against the image")
-    checked = verify.verify_artifact(tmp, expected, emb.offset)
+    with ThreadPoolExecutor(1) as pool:  # the report's sha256 is read while unsquashfs lists the file
+        digest = pool.submit(sha256_file, tmp)
+        try:
+            checked = verify.verify_artifact(tmp, expected, emb.offset)
+        finally:
+            wait([digest])
     stats["paths_verified"], stats["links_verified"] = checked.paths_checked, checked.links_checked
-    return stats, feed
-
-
-def _build_mounted(tmp: Path, spec: squashfs.SquashSpec, tree: MergedTree, layer_paths: set[str],
-                   source: LayerReader, work: Path) -> None:
-    """mksquashfs of a read-only overlay of the layer directories plus one layer of our changes."""
-    if not isinstance(source, storage.StorageLayerSource) or source.sockets:
-        # sockets: the tar feed drops them (a tar cannot hold one); a mount would keep them
-        raise overlay.Unsupported("a layer holds a socket" if isinstance(source, storage.StorageLayerSource)
-                                  else "the layers are not directories")
-    top = work / "top"
-    overlay.build_top_layer(tree, layer_paths, top)
-    prefix = overlay.mount_command(top, source.dirs, work, "mnt")
-    squashfs.build_squashfs_from_dir(tmp, spec, prefix, work, "mnt", overlay.mount_failed)
+    return digest.result()
 
 
 def write_sidecars(output: Path, opts: ExportOptions, deffile: str) -> tuple[list[Path], list[Path]]:

@@ -26,7 +26,7 @@ from typing import IO, Any
 from envbuilder.export.flatten import OPAQUE_MARKER, WHITEOUT_PREFIX, normalize
 from envbuilder.export.image_source import ImageInfo
 
-_OPAQUE_XATTRS = ("trusted.overlay.opaque", "user.overlay.opaque")
+OPAQUE_XATTRS = ("trusted.overlay.opaque", "user.overlay.opaque")
 
 
 def storage_layer_dirs(image: Any) -> list[Path] | None:
@@ -69,7 +69,7 @@ def info_from_inspect(image: Any, ref: str) -> ImageInfo:
 
 
 def _is_opaque(path: str) -> bool:
-    for name in _OPAQUE_XATTRS:
+    for name in OPAQUE_XATTRS:
         try:
             if os.getxattr(path, name, follow_symlinks=False) == b"y":
                 return True
@@ -78,7 +78,7 @@ def _is_opaque(path: str) -> bool:
     return False
 
 
-def _tarinfo(name: str, st: os.stat_result, full: str) -> tarfile.TarInfo:
+def tarinfo_of(name: str, st: os.stat_result, full: str) -> tarfile.TarInfo:
     info = tarfile.TarInfo(name)
     mode = st.st_mode
     info.mode = stat.S_IMODE(mode)
@@ -124,7 +124,7 @@ def layer_members(root: Path, sockets: list[str] | None = None) -> list[tarfile.
                 wh = tarfile.TarInfo(f"{rel}{WHITEOUT_PREFIX}{e.name}")
                 members.append(wh)
                 continue
-            info = _tarinfo(name, st, e.path)
+            info = tarinfo_of(name, st, e.path)
             if info.isreg() and st.st_nlink > 1:
                 key = (st.st_dev, st.st_ino)
                 if key in first_path:

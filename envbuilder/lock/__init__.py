@@ -1,6 +1,25 @@
-"""Lock: run the real uv lock on the rendered pyproject and write envbuilder.lock.json."""
+"""Lock: run the real uv lock on the rendered pyproject and write envbuilder.lock.json.
 
-from envbuilder.lock.pipeline import LockOptions, LockResult, run_lock
+The pipeline (uv, resolver, renderer) loads on first use of its names: export, build and install
+import `envbuilder.lock.record` and should not pay for it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from envbuilder.lock.record import RECORD_NAME, LockRecord, read_record
 
+if TYPE_CHECKING:
+    from envbuilder.lock.pipeline import LockOptions, LockResult, run_lock
+
 __all__ = ["RECORD_NAME", "LockOptions", "LockRecord", "LockResult", "read_record", "run_lock"]
+_PIPELINE = ("LockOptions", "LockResult", "run_lock")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _PIPELINE:
+        from envbuilder.lock import pipeline
+
+        return getattr(pipeline, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

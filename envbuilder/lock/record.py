@@ -13,13 +13,15 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from envbuilder import __version__
 from envbuilder.canonical import dumps, sha256_file
 from envbuilder.errors import LockDirError, LockSchemaError, MalformedFileError
-from envbuilder.resolve.request import ResolveRequest
-from envbuilder.resolve.resolver import Resolution
+
+if TYPE_CHECKING:  # annotations only: export and build read records without loading the resolver
+    from envbuilder.resolve.request import ResolveRequest
+    from envbuilder.resolve.resolver import Resolution
 
 RECORD_NAME = "envbuilder.lock.json"
 SCHEMA = 1
