@@ -2,7 +2,8 @@
 
 uv itself decides the install set (`uv export --frozen --extra compile`, markers included); the
 target's markers (Python, Linux x86_64) are evaluated here. For each package the bundle carries the
-wheels that fit the target's tags, or the sdist when none does, and always the sdist of a stage-2
+one wheel the target's installer would pick among those that fit its tags, or the sdist when none
+does, and always the sdist of a stage-2
 package (so the target can compile it against its own torch).
 """
 
@@ -21,7 +22,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 
 from envbuilder.errors import LockDirError, UvError
 from envbuilder.kernels.lockfiles import LockedFile, read_locked_files
-from envbuilder.lock.platform import target_tags
+from envbuilder.lock.platform import tag_ranks, target_tags
 from envbuilder.lock.record import RECORD_NAME
 from envbuilder.lock.uvlock import marker_env
 from envbuilder.lock.uvrun import uv_binary, uv_env
@@ -102,6 +103,7 @@ def plan_files(lockdir: Path, python: str, glibc: str, stage2: list[str]) -> lis
             if applies(r.marker, python)]
     locked = read_locked_files(lockdir / "uv.lock")
     tags = target_tags(python, glibc)
+    ranks = tag_ranks(python, glibc)
     stage2_names = {str(canonicalize_name(n)) for n in stage2}
     planned: list[PlannedFile] = []
     for req in reqs:
@@ -111,14 +113,19 @@ def plan_files(lockdir: Path, python: str, glibc: str, stage2: list[str]) -> lis
         if files is None:
             raise LockDirError(f"{req.name}=={req.version} is exported but not in uv.lock", "re-run envbuilder lock")
         fitting = [w for w in files.wheels if _fits(w.filename, tags)]
-        for w in fitting:
-            planned.append(PlannedFile(req.name, req.version, "wheel", w))
+        if fitting:  # the one wheel the target's installer would pick (pillow locks two that fit glibc 2.35)
+            best = min(fitting, key=lambda w: (_rank(w.filename, ranks), w.filename))
+            planned.append(PlannedFile(req.name, req.version, "wheel", best))
         if files.sdist is not None and (not fitting or req.name in stage2_names):
             planned.append(PlannedFile(req.name, req.version, "sdist", files.sdist))
         if not fitting and files.sdist is None:
             raise LockDirError(f"{req.name}=={req.version}: uv.lock has no wheel for Python {python} / glibc {glibc} "
                                "and no sdist", "re-lock for this target (--python, --glibc)")
     return sorted(planned, key=lambda p: (p.package, p.kind, p.file.filename))
+
+
+def _rank(filename: str, ranks: dict[Tag, int]) -> int:
+    return min((ranks[t] for t in parse_wheel_filename(filename)[3] if t in ranks), default=len(ranks))
 
 
 def _fits(filename: str, tags: set[Tag]) -> bool:

@@ -38,17 +38,32 @@ def target_tags(python: str, glibc: str, arch: str = "x86_64") -> set[Tag]:
     return set(_target_tags(python, glibc, arch))
 
 
-@functools.lru_cache(maxsize=32)  # one lock asks for the same targets several times
-def _target_tags(python: str, glibc: str, arch: str) -> frozenset[Tag]:
-    major, minor = (int(x) for x in python.split("."))
+def _platforms(glibc: str, arch: str) -> list[str]:
+    """manylinux platform tags a glibc runs, newest first (the order installers prefer them in)."""
     gmaj, gmin = (int(x) for x in glibc.split("."))
     platforms = [f"manylinux_{gmaj}_{m}_{arch}" for m in range(gmin, 4, -1)]
     legacy = {5: "manylinux1", 12: "manylinux2010", 17: "manylinux2014"}
     platforms += [f"{legacy[m]}_{arch}" for m in sorted(legacy, reverse=True) if m <= gmin]
     platforms.append(f"linux_{arch}")
-    tags = set(cpython_tags((major, minor), platforms=platforms))
-    tags |= set(compatible_tags((major, minor), platforms=platforms))
-    return frozenset(tags)
+    return platforms
+
+
+@functools.lru_cache(maxsize=32)  # one lock asks for the same targets several times
+def tag_ranks(python: str, glibc: str, arch: str = "x86_64") -> dict[Tag, int]:
+    """Each target tag's preference, 0 = best: packaging's order (this CPython's ABI before abi3 before
+    py3-none, the newest manylinux first), the order installers pick wheels in."""
+    major, minor = (int(x) for x in python.split("."))
+    platforms = _platforms(glibc, arch)
+    ranks: dict[Tag, int] = {}
+    for i, t in enumerate([*cpython_tags((major, minor), platforms=platforms),
+                           *compatible_tags((major, minor), platforms=platforms)]):
+        ranks.setdefault(t, i)
+    return ranks
+
+
+@functools.lru_cache(maxsize=32)
+def _target_tags(python: str, glibc: str, arch: str) -> frozenset[Tag]:
+    return frozenset(tag_ranks(python, glibc, arch))
 
 
 @functools.lru_cache(maxsize=4096)  # a lock's wheels are checked for several interpreters
