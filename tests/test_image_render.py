@@ -122,6 +122,16 @@ def test_bases_from_images_toml() -> None:
     choice = images.choose_bases({"cuda": "12.8", "python": "3.12"}, "hermetic", None)
     assert "devel" in choice.builder and "runtime" in choice.runtime and "12.8" in choice.builder
     assert choice.python_from == "uv" and not choice.digest_pinned and choice.warning()
+    # every CUDA a committed lock targets has bases (26.04 and 26.06 lock torch cu130)
+    import json
+    from pathlib import Path
+
+    for rec in sorted((Path(__file__).parents[1] / "locks").glob("*/envbuilder.lock.json")):
+        target = json.loads(rec.read_text())["target"]
+        if target.get("cuda") not in (None, "none"):
+            assert images.choose_bases(target, "hermetic", None).builder, rec.parent.name
+    cu13 = images.choose_bases({"cuda": "13.0", "python": "3.12"}, "hermetic", None)
+    assert cu13.builder == "nvidia/cuda:13.0.2-cudnn-devel-ubuntu24.04"
     smoke = images.choose_bases({"cuda": None, "python": "3.11"}, "hermetic", None)
     assert smoke.builder == images.test_base_tag() and smoke.python_from == "system"
     with pytest.raises(InvalidOptionError):
