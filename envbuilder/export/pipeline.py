@@ -252,6 +252,7 @@ def export_image(opts: ExportOptions, progress: Callable[[str], None] = lambda _
     cached: dict[str, Any] | None = None
     stats: dict[str, int] = {}
     built_sha = ""
+    deffile = ""  # rendered before the build for a SIF, else for the side files only
     try:
         with _signals_interrupt(), atomic.hold(tmp), atomic.hold(work):
             if cache is not None:
@@ -261,16 +262,18 @@ def export_image(opts: ExportOptions, progress: Callable[[str], None] = lambda _
                 stats = {k: int(v) for k, v in (cached.get("stats") or {}).items()}
                 feed = str(cached.get("feed") or feed)
                 labels = artifact_labels(info, epoch, lock_sha, row)
-                deffile = render.render_deffile(opts.image, _def_labels(labels, info), row, lock_sha)
                 os.chmod(hit_tmp, 0o644)
                 os.replace(hit_tmp, output)
             else:
                 with _open_layers(image, dirs, work, opts.image, image_size, progress) as (info, source):
                     epoch, lock_sha, row = provenance(info, opts.lock_dir)
                     labels = artifact_labels(info, epoch, lock_sha, row)
-                    deffile = render.render_deffile(opts.image, _def_labels(labels, info), row, lock_sha)
+                    # a SIF carries its definition file; a sqsh does not, so for it the file is rendered
+                    # for the side files only, after mksquashfs has started
+                    deffile = _deffile(opts.image, labels, info, row, lock_sha) if opts.fmt == "sif" else ""
                     stats, feed, built_sha = _build(fmt, tmp, info, source, labels, deffile, epoch, lock_sha,
-                                                    squash_args, processors, progress, work, feed)
+                                                    squash_args, processors, progress, work, feed,
+                                                    warm_templates=opts.snippets)
                 os.chmod(tmp, 0o644)
                 with open(tmp, "rb") as fh:
                     os.fsync(fh.fileno())
@@ -306,7 +309,7 @@ def export_image(opts: ExportOptions, progress: Callable[[str], None] = lambda _
     written: list[Path] = []
     kept: list[Path] = []
     if opts.snippets:
-        written, kept = write_sidecars(output, opts, deffile)
+        written, kept = write_sidecars(output, opts, deffile or _deffile(opts.image, labels, info, row, lock_sha))
     return ExportResult(
         path=output, format=opts.fmt, size=size, sha256=digest,
         seconds=time.monotonic() - started, image=opts.image, image_id=info.image_id, image_size=image_size,
@@ -325,6 +328,10 @@ def squash_arguments(opts: ExportOptions) -> list[str]:
     if opts.squash_options is not None:
         return squashfs.parse_squash_options(opts.squash_options)
     return squashfs.parse_squash_options(squashfs.compression_options(opts.fmt, opts.compression))
+
+
+def _deffile(image: str, labels: dict[str, str], info: image_source.ImageInfo, row: str, lock_sha: str) -> str:
+    return render.render_deffile(image, _def_labels(labels, info), row, lock_sha)
 
 
 def _def_labels(labels: dict[str, str], info: image_source.ImageInfo) -> dict[str, str]:
@@ -362,7 +369,7 @@ def _intended_feed(requested: str, dirs: list[Path] | None) -> str:
 
 def _build(fmt: ArtifactFormat, tmp: Path, info: image_source.ImageInfo, source: LayerReader,
            labels: dict[str, str], deffile: str, epoch: int, lock_sha: str, squash_args: list[str],
-           processors: int, progress: Callable[[str], None], work: Path, feed: str
+           processors: int, progress: Callable[[str], None], work: Path, feed: str, warm_templates: bool = False
            ) -> tuple[dict[str, int], str, str]:
     """Merge the layers, add the runtime's files, give them to mksquashfs (a mounted directory, else
     a tar stream), complete the format's file (SIF: header and descriptors), then check every path and
@@ -372,7 +379,7 @@ def _build(fmt: ArtifactFormat, tmp: Path, info: image_source.ImageInfo, source:
     if feed == "mount":
         try:
             tree, counts, expected = _build_mounted(fmt, tmp, info, source, labels, deffile, emb.offset, epoch,
-                                                    squash_args, processors, work)
+                                                    squash_args, processors, work, warm_templates)
             sha256 = _finish(fmt, tmp, emb, info, lock_sha, squash_args, epoch, tree, len(source.layers), counts,
                              expected, progress)
             return counts, "mount", sha256
@@ -406,7 +413,8 @@ def _spec(tree: MergedTree, epoch: int, squash_args: list[str], processors: int,
 
 def _build_mounted(fmt: ArtifactFormat, tmp: Path, info: image_source.ImageInfo, source: LayerReader,
                    labels: dict[str, str], deffile: str, offset: int, epoch: int, squash_args: list[str],
-                   processors: int, work: Path) -> tuple[MergedTree, dict[str, int], verify.FileTree]:
+                   processors: int, work: Path, warm_templates: bool = False
+                   ) -> tuple[MergedTree, dict[str, int], verify.FileTree]:
     """mksquashfs of a read-only overlay of the layer directories plus our top layer, built from point
     lookups so mksquashfs starts at once; the full merge (report counts, the paths to verify) runs
     meanwhile. Raises overlay.Unsupported when the result would not be the tar feed's image."""
@@ -420,6 +428,8 @@ def _build_mounted(fmt: ArtifactFormat, tmp: Path, info: image_source.ImageInfo,
     prefix = overlay.mount_command(top, source.dirs, work, "mnt")
 
     def merged() -> tuple[MergedTree, dict[str, int], verify.FileTree]:
+        if warm_templates:  # the side files are rendered after the build: load jinja2 while mksquashfs works
+            import envbuilder.templating  # noqa: F401
         tree = merge_layers(source)
         fmt.add_runtime_files(tree, info, labels, deffile)
         return tree, merged_stats(tree, source), verify.tree_from_merged(tree)

@@ -8,7 +8,6 @@ from pathlib import Path
 
 from envbuilder import __version__
 from envbuilder.export.formats import get_format
-from envbuilder.templating import template_env
 
 RDZV_PORT = 29500
 
@@ -36,6 +35,8 @@ class LaunchParams:
 
 def render_deffile(image_ref: str, labels: dict[str, str], row: str, lock_sha256: str) -> str:
     """Independent of the output path: it is also embedded in the SIF, which must not change with it."""
+    from envbuilder.templating import template_env  # jinja2: imported when something is rendered
+
     return template_env().get_template("apptainer.def.j2").render(
         image_ref=image_ref,
         labels=labels,
@@ -47,6 +48,8 @@ def render_deffile(image_ref: str, labels: dict[str, str], row: str, lock_sha256
 
 def render_launch(fmt: str, artifact: Path, params: LaunchParams) -> dict[str, str]:
     """{suffix: text} of the launch snippets for `fmt` ('sqsh' or 'sif')."""
+    from envbuilder.templating import template_env
+
     env = template_env()
     stem = artifact.name.rsplit(".", 1)[0]
     out: dict[str, str] = {}
