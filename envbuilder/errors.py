@@ -238,6 +238,13 @@ class ToolMissingError(EnvbuilderError):
     kind = "tool-missing"
 
 
+class SquashfsToolError(EnvbuilderError):
+    """export: mksquashfs failed for a reason it printed (or did not): not a full disk, not a missing tool."""
+
+    exit_code = 46
+    kind = "mksquashfs-failed"
+
+
 # --- 50-59: certify -------------------------------------------------------------
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import IO
 
 from envbuilder import procs
-from envbuilder.errors import DiskFullError, InvalidOptionError, ToolMissingError
+from envbuilder.errors import DiskFullError, InvalidOptionError, SquashfsToolError, ToolMissingError
 
 # enroot's default ENROOT_SQUASH_OPTIONS (NVIDIA/enroot conf/enroot.conf.in), minus -exit-on-error
 # which we always add. Kept for --squash-options users who want enroot's exact bytes-on-disk layout.
@@ -181,7 +181,8 @@ class FeedRefused(RuntimeError):
 def build_squashfs(out: Path, spec: SquashSpec, write_tar: Callable[[IO[bytes]], object]) -> str:
     """Run mksquashfs writing `out`; `write_tar(stdin)` streams the root filesystem tar into it.
 
-    Returns mksquashfs's stderr. Raises DiskFullError on ENOSPC, RuntimeError on other failures.
+    Returns mksquashfs's stderr. Raises DiskFullError on ENOSPC (or a nearly full output/work filesystem),
+    SquashfsToolError on other failures.
     """
     return _run(mksquashfs_command(out, spec), out, write_tar)
 
@@ -218,13 +219,29 @@ def _run(cmd: list[str], out: Path, write_tar: Callable[[IO[bytes]], object] | N
     if refused is not None and rc != 0 and refused(rc, text):
         raise FeedRefused(text.strip()[-500:])
     if rc != 0 or broken is not None:
-        if _is_disk_full(text):
+        full = [d for d in dict.fromkeys([out.parent, *([cwd] if cwd else [])]) if _nearly_full(d)]
+        if _is_disk_full(text) or full:
+            where = full[0] if full else out.parent
             raise DiskFullError(
-                f"no space left on the filesystem of {out.parent} while mksquashfs wrote the image",
+                f"no space left on the filesystem of {where} while mksquashfs wrote the image",
                 "free space there or choose another -o path; nothing partial was left",
             )
-        raise RuntimeError(f"mksquashfs exited with {rc}: {text.strip()[-2000:]}")
+        said = text.strip()[-2000:] or "no message"
+        raise SquashfsToolError(f"mksquashfs exited with {rc}: {said}",
+                                "rerun with -v; if it persists, pass --feed tar (or report it with the command above)")
     return text
+
+
+#: below this, a failed mksquashfs that printed nothing is taken for a full disk (it does not always say so:
+#: a full work directory under the mount feed ended with exit 1 and an empty stderr)
+NEARLY_FULL_BYTES = 64 * 1024 * 1024
+
+
+def _nearly_full(path: Path) -> bool:
+    try:
+        return shutil.disk_usage(path).free < NEARLY_FULL_BYTES
+    except OSError:
+        return False
 
 
 def raise_if_enospc(exc: OSError, where: Path) -> None:
