@@ -22,7 +22,7 @@ from envbuilder.kernels.files import cache_root, fetch
 from envbuilder.kernels.lockfiles import LockedFile
 from envbuilder.kernels.packages import arch_knobs
 from envbuilder.kernels.patch import hardcoded_gencodes, patch_sdist_tree
-from envbuilder.kernels.pipeline import check_cuda_sources, device_sources, unpack_sdist, wheel_archs
+from envbuilder.kernels.pipeline import device_sources, unpack_sdist, wheel_archs
 
 pytestmark = pytest.mark.integration
 
@@ -137,9 +137,9 @@ def test_hardcoded_gencodes_patched_on_the_real_sdist(name: str, tmp_path: Path)
 
 def test_sdist_without_cuda_sources_is_an_error() -> None:
     with pytest.raises(NoCudaSourcesError) as exc:
-        check_cuda_sources("mamba-ssm", "2.2.0", _sdist("mamba-ssm-2.2.0"))
+        device_sources("mamba-ssm", "2.2.0", _sdist("mamba-ssm-2.2.0"))
     assert exc.value.exit_code == 62 and "--set mamba-ssm==" in (exc.value.fix or "")
-    assert check_cuda_sources("mamba-ssm", "2.3.2.post1", _sdist("mamba-ssm-2.3.2.post1")) >= 13  # 9 .cu + 4 .cuh
+    assert device_sources("mamba-ssm", "2.3.2.post1", _sdist("mamba-ssm-2.3.2.post1"))[0] >= 13  # 9 .cu + 4 .cuh
 
 
 def test_headers_only_sdist_has_no_device_code() -> None:

@@ -78,12 +78,6 @@ def run_dir_for(out: Path) -> Path:
     return d
 
 
-def write_atomic(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
-
-
 def build_config(steps: int) -> Any:
     """The recipe's ConfigContainer, shrunk as the module docstring says."""
     import importlib
@@ -184,7 +178,7 @@ def main() -> None:
     if not all(math.isfinite(x) for x in losses):
         print(f"[mbridge_smoke] non-finite losses: {losses}", flush=True)  # judged (and failed) by the loss rule
     if int(os.environ.get("RANK", "0")) == 0:
-        write_atomic(a.out, payload)
+        a.out.write_text(json.dumps(payload))
 
 
 if __name__ == "__main__":

@@ -63,9 +63,13 @@ class HostTorch:
                 "kept": list(self.present)}
 
 
+def probe_code() -> str:
+    return _PROBE.replace("CANDIDATES", repr(HOST_KEEP_CANDIDATES))
+
+
 def probe_torch(python: Path | str) -> HostTorch:
     """Run `python` and read its torch; BuildTorchError when it cannot run or has no torch."""
-    code = _PROBE.replace("CANDIDATES", repr(HOST_KEEP_CANDIDATES))
+    code = probe_code()
     try:
         proc = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=300)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -117,5 +121,5 @@ def in_row_range(host_torch: str, row_torch: str | None) -> bool | None:
 if __name__ == "__main__":  # stdlib only: runs on a target that has torch but not envbuilder's dependencies
     import sys
 
-    exec(compile(_PROBE.replace("CANDIDATES", repr(HOST_KEEP_CANDIDATES)), "torchprobe", "exec"))
+    exec(compile(probe_code(), "torchprobe", "exec"))
     sys.exit(0)

@@ -157,18 +157,6 @@ def device_sources(name: str, version: str, sdist: Path) -> tuple[int, int]:
     return len(contents.cuda_sources), sum(1 for f in contents.cuda_sources if f.endswith(".cu"))
 
 
-def check_cuda_sources(name: str, version: str, sdist: Path) -> int:
-    """The CUDA sources (.cu/.cuh) of an sdist; NoCudaSourcesError when it has none.
-
-    The same check `envbuilder lock` makes (lock/kernel_sources.py), made again on the file that is
-    about to be built: PyPI's mamba-ssm 2.2.0 and causal-conv1d 1.2.2.post1 ship no csrc/*.cu and
-    would build wheels without kernels that fail only when a model calls them.
-    """
-    contents = read_sdist(sdist)
-    require_cuda_sources(name, version, contents)
-    return len(contents.cuda_sources)
-
-
 def _bool_env(env: dict[str, str], name: str | None) -> bool:
     return bool(name) and env.get(str(name), "").upper() in ("TRUE", "1", "YES", "ON")
 
