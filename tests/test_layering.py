@@ -238,3 +238,13 @@ def test_readme_pipeline_table_names_every_stage_package() -> None:
     packages = sorted(p.parent.name for p in PKG.glob("*/__init__.py") if p.parent.name != "cli")
     missing = [p for p in packages if f"`envbuilder/{p}/`" not in table]
     assert not missing, f"README's pipeline table lacks {missing}"
+
+
+def test_tests_mirror_the_packages() -> None:
+    """tests/<package>/test_*.py for every package's tests; only base-module and cross-cutting tests
+    (errors, faults, signals, layering, ...) sit directly in tests/. A test directory with no package of its
+    own name is a misplaced test."""
+    tests = REPO / "tests"
+    packages = {p.name for p in PKG.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    dirs = {p.parent.name for p in tests.glob("*/test_*.py")}
+    assert dirs <= packages, f"test directories without a package: {sorted(dirs - packages)}"

@@ -1,0 +1,83 @@
+"""The typed lock record: golden bytes, round trip, schema and field checks, hash verification."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from golden_files import check_golden
+
+from envbuilder.errors import LockDirError, LockSchemaError
+from envbuilder.lock.record import RECORD_NAME, LockRecord, build_record, read_record
+from envbuilder.matrix import load_matrix
+from envbuilder.render import render_pyproject
+from envbuilder.resolve import ResolveRequest, resolve
+
+REPO = Path(__file__).resolve().parents[2]
+# stands in for the uv.lock `uv lock` would write: the record only hashes it
+FIXED_UV_LOCK = "version = 1\nrequires-python = \">=3.10\"\n"
+
+
+def _record(tmp: Path, nemo: str = "v2.3.0", **kw: object) -> LockRecord:
+    m = load_matrix(REPO / "matrices")
+    if m.find_release(nemo) is None:
+        pytest.skip(f"matrix has no {nemo} row")
+    req = ResolveRequest(row=nemo, **kw)  # type: ignore[arg-type]
+    res = resolve(m, req)
+    (tmp / "pyproject.toml").write_text(render_pyproject(res, m))
+    (tmp / "uv.lock").write_text(FIXED_UV_LOCK)
+    rec = build_record(res, req, tmp, "0.13.9", [{"package": "x", "constraint": "x<2", "reason": "test"}], {},
+                       [], ["mamba-ssm"], target_python="3.12",
+                       source_builds={"compiled": [], "sdist_only": ["flash-attn"]})
+    (tmp / RECORD_NAME).write_text(rec.to_json())
+    return rec
+
+
+def test_record_bytes_match_golden(tmp_path: Path) -> None:
+    """Real matrix and renderer, fixed uv.lock bytes: the record generator's output, byte for byte."""
+    check_golden("lock/v2.3.0-hermetic.envbuilder.lock.json", _record(tmp_path).to_json())
+
+
+def test_round_trip_keeps_bytes(tmp_path: Path) -> None:
+    rec = _record(tmp_path, mode="ngc-base")
+    text = (tmp_path / RECORD_NAME).read_text()
+    again = LockRecord.from_json(text)
+    assert again == rec and again.to_json() == text
+    assert read_record(tmp_path) == rec and LockRecord.from_lockdir(tmp_path).target.python_minor == "3.12"
+
+
+@pytest.mark.parametrize("schema", [None, 0, 2, "1"])
+def test_unknown_or_missing_schema_is_a_typed_error(tmp_path: Path, schema: object) -> None:
+    data = json.loads(_record(tmp_path).to_json())
+    if schema is None:
+        del data["schema"]
+    else:
+        data["schema"] = schema
+    with pytest.raises(LockSchemaError, match="schema") as info:
+        LockRecord.from_json(json.dumps(data))
+    assert info.value.exit_code == 120 and info.value.fix
+
+
+def test_unknown_and_missing_fields(tmp_path: Path) -> None:
+    data = json.loads(_record(tmp_path).to_json())
+    with pytest.raises(LockSchemaError, match=r"unknown field.*surprise"):
+        LockRecord.from_dict({**data, "surprise": 1})
+    del data["pins"]
+    with pytest.raises(LockDirError, match="lacks pins"):
+        LockRecord.from_dict(data)
+    with pytest.raises(LockDirError, match="not valid JSON"):
+        LockRecord.from_json("{")
+    with pytest.raises(LockDirError, match="not a JSON object"):
+        LockRecord.from_json("[]")
+
+
+def test_hashes_are_recomputed(tmp_path: Path) -> None:
+    _record(tmp_path)
+    (tmp_path / "uv.lock").write_text("edited by hand\n")
+    with pytest.raises(LockDirError, match="changed after locking"):
+        read_record(tmp_path)
+    read_record(tmp_path, verify=False)  # reading without verification still works
+    LockRecord.from_lockdir(tmp_path, verify_only=("pyproject.toml",))
+    with pytest.raises(LockDirError, match=r"has no envbuilder\.lock\.json"):
+        read_record(tmp_path / "nowhere")
