@@ -4,9 +4,9 @@
 # mmdebstrap (to bootstrap a base rootfs: no image registry is reachable), squashfs-tools,
 # Go with the Sylabs SIF reference library (to read back the SIF files we write), Chromium
 # (the nightly dashboard is checked in a real headless browser), and the real runtimes the
-# runtime tests use: Slurm 22.05 + munge from bookworm (started per test session by a fixture,
-# never here) and Apptainer from a cached Debian sid rootfs (scripts/apptainer-rootfs.sh,
-# entered by scripts/bin/apptainer).
+# runtime tests use: Slurm 22.05 + munge from bookworm and Debian's docker-registry (an OCI registry)
+# with apache2-utils' htpasswd (each started per test session by a fixture, never here), and Apptainer
+# from a cached Debian sid rootfs (scripts/apptainer-rootfs.sh, entered by scripts/bin/apptainer).
 # Idempotent: installs only what is missing, starts dockerd only when none answers.
 set -euo pipefail
 
@@ -32,6 +32,10 @@ command -v slurmctld >/dev/null || need+=(slurmctld)
 command -v slurmd >/dev/null || need+=(slurmd)
 command -v sbatch >/dev/null || need+=(slurm-client)
 command -v munged >/dev/null || need+=(munge)
+# the wheel-cache and `build --push` tests' OCI registry (the CNCF distribution) with htpasswd (bcrypt) auth;
+# started per test session by a fixture with a private config, TLS from a test CA and storage dir, never here
+command -v docker-registry >/dev/null || need+=(docker-registry)
+command -v htpasswd >/dev/null || need+=(apache2-utils)
 if [ "${#need[@]}" -gt 0 ]; then
   echo "setup-host: installing ${need[*]}" >&2
   $SUDO apt-get update -qq

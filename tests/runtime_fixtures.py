@@ -1,4 +1,5 @@
-"""Fixtures for the real-runtime tests: Apptainer from the cached sid rootfs and the smoke SIF.
+"""Fixtures for the real-runtime tests: Apptainer from the cached sid rootfs and the smoke SIF, a
+one-node Slurm, a TLS registry with htpasswd auth (Debian's docker-registry) and a plain HTTP server.
 
 Apptainer is Debian sid's, run by scripts/bin/apptainer as the unprivileged user `runner`
 (uid 1000) inside the rootfs made by scripts/apptainer-rootfs.sh (cached under
@@ -260,4 +261,268 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
         yield cluster
     finally:
         cluster.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+# --- Servers: an OCI registry (Debian's docker-registry) with TLS + htpasswd, and a static HTTP server ----------
+
+SERVER_MARK = "envbuilder-servers-"  # prefix of the server fixtures' dirs; stale daemons are found by it
+REGISTRY_CONFIG = """\
+version: 0.1
+log:
+  level: warn
+  accesslog:
+    disabled: true
+storage:
+  filesystem:
+    rootdirectory: {dir}/storage
+  delete:
+    enabled: true
+http:
+  addr: 127.0.0.1:{port}
+  tls:
+    certificate: {dir}/server.crt
+    key: {dir}/server.key
+auth:
+  htpasswd:
+    realm: envbuilder-test
+    path: {dir}/htpasswd
+"""
+
+
+def make_test_ca(d: Path, hosts: tuple[str, ...] = ("localhost", "127.0.0.1")) -> tuple[Path, Path, Path]:
+    """A throwaway CA and a server certificate it signs for `hosts`: (ca.crt, server.crt, server.key)."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "envbuilder test CA")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+          .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+          .not_valid_after(now + datetime.timedelta(days=2))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+          .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                       content_commitment=False, key_encipherment=False, data_encipherment=False,
+                                       key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    key = ec.generate_private_key(ec.SECP256R1())
+    sans: list[x509.GeneralName] = []
+    for h in hosts:
+        try:
+            sans.append(x509.IPAddress(ipaddress.ip_address(h)))
+        except ValueError:
+            sans.append(x509.DNSName(h))
+    cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]))
+            .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=2))
+            .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    paths = (d / "ca.crt", d / "server.crt", d / "server.key")
+    paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    paths[1].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    paths[2].write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    paths[2].chmod(0o600)
+    return paths
+
+
+class _Daemon:
+    """One server process in its own session, its output in DIR/NAME.out, its pid recorded for reaping."""
+
+    def __init__(self, d: Path, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
+        with open(d / f"{name}.out", "wb") as log:
+            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                         start_new_session=True)
+        (d / f"{name}.fixture-pid").write_text(str(self.proc.pid))
+        self.log = d / f"{name}.out"
+
+    def wait_listening(self, port: int, what: str, timeout: float = 30) -> None:
+        import socket
+        import time
+
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                break
+            with socket.socket() as s:
+                s.settimeout(0.5)
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    return
+            time.sleep(0.1)
+        out = self.log.read_text(errors="replace")[-3000:] if self.log.exists() else "(no output)"
+        self.stop()
+        pytest.fail(f"{what} did not listen on 127.0.0.1:{port} within {timeout:.0f} s:\n{out}")
+
+    def stop(self) -> None:
+        stop_process(self.proc)
+
+
+class RegistryServer:
+    """A real OCI distribution registry (Debian's `docker-registry`, the CNCF distribution) on localhost.
+
+    The interface the tests use:
+      host          "localhost:PORT" (the name the TLS certificate is issued for)
+      url           "https://localhost:PORT" (the /v2/ API under it)
+      ca_file       the test CA's PEM certificate: pass it as --ca-bundle (or SSL_CERT_FILE)
+      username, password   htpasswd (bcrypt) credentials; anything else gets 401
+      storage       the registry's filesystem storage root (tests may tamper with blobs under it)
+      ref(repo, tag)  "localhost:PORT/REPO:TAG", an image reference for `docker push` / `build --push`
+      oci(repo)     "oci://localhost:PORT/REPO", a wheel-cache URL
+      docker_config(dir)   writes DIR/config.json with these credentials and returns DIR (set DOCKER_CONFIG=DIR
+                    for docker and envbuilder)
+    Docker's engine needs no set-up to push here: it trusts the CA through /etc/docker/certs.d/HOST/ca.crt,
+    which the fixture writes when it can (root) and removes at the end of the session.
+    """
+
+    username = "envbuilder"
+
+    def __init__(self, d: Path) -> None:
+        import secrets
+        import shutil
+
+        for tool in ("docker-registry", "htpasswd"):
+            if not shutil.which(tool):
+                pytest.fail(f"{tool} is not installed; run scripts/setup-host.sh (docker-registry apache2-utils)")
+        self.dir = d
+        self.port = free_port()
+        self.host = f"localhost:{self.port}"
+        self.url = f"https://{self.host}"
+        self.password = secrets.token_urlsafe(18)
+        self.storage = d / "storage"
+        self.ca_file, _, _ = make_test_ca(d)
+        self._certs_d: Path | None = None
+        self.daemon: _Daemon | None = None
+
+    def start(self) -> None:
+        d = self.dir
+        self.storage.mkdir()
+        hashed = subprocess.run(["htpasswd", "-Bbn", self.username, self.password], capture_output=True, text=True,
+                                check=True).stdout
+        (d / "htpasswd").write_text(hashed)
+        (d / "config.yml").write_text(REGISTRY_CONFIG.format(dir=d, port=self.port))
+        self.daemon = _Daemon(d, "registry", ["docker-registry", "serve", str(d / "config.yml")])
+        self.daemon.wait_listening(self.port, "docker-registry")
+        self._trust_in_docker()
+
+    def _trust_in_docker(self) -> None:
+        import shutil
+
+        certs_d = Path("/etc/docker/certs.d") / self.host
+        try:
+            certs_d.mkdir(parents=True, exist_ok=False)
+            shutil.copy(self.ca_file, certs_d / "ca.crt")
+            self._certs_d = certs_d
+        except OSError:
+            self._certs_d = None  # not root: docker treats 127.0.0.0/8 as insecure anyway
+
+    def ref(self, repo: str, tag: str) -> str:
+        return f"{self.host}/{repo}:{tag}"
+
+    def oci(self, repo: str) -> str:
+        return f"oci://{self.host}/{repo}"
+
+    def docker_config(self, d: Path) -> Path:
+        import base64
+        import json
+
+        d.mkdir(parents=True, exist_ok=True)
+        auth = base64.b64encode(f"{self.username}:{self.password}".encode()).decode()
+        path = d / "config.json"
+        path.write_text(json.dumps({"auths": {self.host: {"auth": auth}}}))
+        path.chmod(0o600)
+        return d
+
+    def stop(self) -> None:
+        import shutil
+
+        if self.daemon is not None:
+            self.daemon.stop()
+            self.daemon = None
+        if self._certs_d is not None:
+            shutil.rmtree(self._certs_d, ignore_errors=True)
+            self._certs_d = None
+
+
+class HttpServer:
+    """A plain static HTTP server (python -m http.server) serving `root` on 127.0.0.1.
+
+      root   the directory it serves (tests publish into sub-directories of it)
+      url    "http://127.0.0.1:PORT" (no trailing slash)
+    """
+
+    def __init__(self, d: Path) -> None:
+        import sys
+
+        self.root = d / "www"
+        self.root.mkdir()
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.daemon = _Daemon(d, "http", [sys.executable, "-m", "http.server", str(self.port), "--bind", "127.0.0.1",
+                                          "--directory", str(self.root)])
+        self.daemon.wait_listening(self.port, "python -m http.server")
+
+    def stop(self) -> None:
+        self.daemon.stop()
+
+
+def reap_stale_servers() -> None:
+    """Servers that a killed earlier session left: pids these fixtures recorded, still running their config,
+    whose owning pytest process is gone (other sessions on this machine keep theirs)."""
+    import glob
+    import signal
+
+    for pid_file in glob.glob(f"/tmp/{SERVER_MARK}*/*.fixture-pid"):
+        d = Path(pid_file).parent
+        try:
+            owner = int((d / "owner-pid").read_text())
+            if owner == os.getpid() or Path(f"/proc/{owner}").exists():
+                continue
+            pid = int(Path(pid_file).read_text())
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except (OSError, ValueError):
+            continue
+        if str(d) in cmdline:
+            os.kill(pid, signal.SIGKILL)
+
+
+def server_dir(kind: str) -> Path:
+    reap_stale_servers()
+    base = Path(tempfile.mkdtemp(prefix=f"{SERVER_MARK}{kind}-", dir="/tmp"))
+    (base / "owner-pid").write_text(str(os.getpid()))
+    return base
+
+
+@pytest.fixture(scope="session")
+def registry_server() -> Iterator[RegistryServer]:
+    """The session's registry: TLS from a test CA (`ca_file`), htpasswd auth, storage in a private dir."""
+    import shutil
+
+    base = server_dir("registry")
+    server = RegistryServer(base)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def http_server() -> Iterator[HttpServer]:
+    """The session's static HTTP server over a private directory (`root`), at `url`."""
+    import shutil
+
+    base = server_dir("http")
+    server = HttpServer(base)
+    try:
+        yield server
+    finally:
+        server.stop()
         shutil.rmtree(base, ignore_errors=True)
