@@ -231,6 +231,14 @@ class ArtifactCorruptError(EnvbuilderError):
     kind = "artifact-corrupt"
 
 
+class UnsafeNameError(EnvbuilderError):
+    """export: a name written into a generated script or definition file (the output's name, the training
+    script, a label value) has a control character, which could end a line and start a command there."""
+
+    exit_code = 47
+    kind = "unsafe-name"
+
+
 class ToolMissingError(EnvbuilderError):
     """A required external tool (mksquashfs, unsquashfs, apptainer...) is not on PATH."""
 

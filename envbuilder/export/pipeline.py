@@ -212,6 +212,8 @@ def export_image(opts: ExportOptions, progress: Callable[[str], None] = lambda _
         raise InvalidOptionError("--feed mount reads the engine's layer directories; --layers save reads none",
                                  "drop one of the two options")
     output = Path(opts.output).absolute()
+    if opts.snippets:  # a name the snippets would write into shell: refused before any work
+        render.check_launch_names(output, opts.launch)
     check_output(output)
     squash_args = squash_arguments(opts)
     mksquashfs = squashfs.mksquashfs_path()  # ToolMissingError before any work

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
 from envbuilder import __version__
+from envbuilder.errors import InvalidOptionError, UnsafeNameError
 from envbuilder.export.formats import get_format
 
 RDZV_PORT = 29500
@@ -30,13 +32,56 @@ class LaunchParams:
         return self.gpus_per_node or 2
 
 
+# C0 and C1 controls, DEL and the Unicode line/paragraph separators: any of them can end a line of a
+# generated script (a newline in a comment or an #SBATCH line starts a new command) or rewrite a terminal
+CONTROL_CHARACTER = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# what a Slurm job name keeps; anything else becomes `_` (the name is a label, not an identity)
+JOB_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
+
+def check_one_line(value: str, what: str) -> str:
+    """`value` unchanged, or UnsafeNameError when it holds a control character."""
+    found = CONTROL_CHARACTER.search(value)
+    if found:
+        raise UnsafeNameError(f"{what} {value!r} has a control character ({found.group()!r})",
+                              "use a name of printable characters (a newline there would start a shell command)")
+    return value
+
+
+def train_command(train_script: str) -> str:
+    """--train-script (a script and its arguments, split like a shell would) as quoted shell words."""
+    check_one_line(train_script, "--train-script")
+    try:
+        words = shlex.split(train_script)
+    except ValueError as exc:
+        raise InvalidOptionError(f"--train-script {train_script!r}: {exc}",
+                                 "quote it as you would on a command line: 'train.py --cfg \"a b.yaml\"'") from exc
+    if not words:
+        raise InvalidOptionError("--train-script is empty", "pass the script to launch, e.g. --train-script train.py")
+    return shlex.join(words)
+
+
+def check_launch_names(artifact: Path, params: LaunchParams) -> None:
+    """Everything from the user that the launch snippets write into shell, checked before any work."""
+    check_one_line(str(artifact), "the output path")
+    train_command(params.train_script)
+
+
+def job_name(artifact: Path) -> str:
+    return JOB_NAME_UNSAFE.sub("_", artifact.name.rsplit(".", 1)[0]) or "envbuilder"
 
 
 def render_deffile(image_ref: str, labels: dict[str, str], row: str, lock_sha256: str) -> str:
     """Independent of the output path: it is also embedded in the SIF, which must not change with it."""
     from envbuilder.templating import template_env  # jinja2: imported when something is rendered
 
+    # each of these ends up on a line of its own; a newline would start a new section (%post runs commands)
+    check_one_line(image_ref, "the image reference")
+    check_one_line(row, "the row label")
+    check_one_line(lock_sha256, "the lock sha256 label")
+    for key, value in labels.items():
+        check_one_line(key, "a label name")
+        check_one_line(value, f"label {key}")
     return template_env().get_template("apptainer.def.j2").render(
         image_ref=image_ref,
         labels=labels,
@@ -50,19 +95,19 @@ def render_launch(fmt: str, artifact: Path, params: LaunchParams) -> dict[str, s
     """{suffix: text} of the launch snippets for `fmt` ('sqsh' or 'sif')."""
     from envbuilder.templating import template_env
 
+    check_launch_names(artifact, params)
     env = template_env()
-    stem = artifact.name.rsplit(".", 1)[0]
     out: dict[str, str] = {}
     for template, suffix in get_format(fmt).launch_templates.items():
         out[suffix] = env.get_template(f"launch/{template}").render(
             format=fmt,
             artifact_name=artifact.name,
             artifact_path=shlex.quote(str(artifact)),
-            job_name=stem,
+            job_name=job_name(artifact),
             gpus_per_node=params.gpus_per_node,
             procs_per_node=params.workers_per_node,
             nodes=params.nodes,
-            train_script=params.train_script,
+            train_command=train_command(params.train_script),
             rdzv_port=params.rdzv_port,
         )
     return out
