@@ -23,12 +23,10 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from envbuilder.errors import (
-    EnvbuilderError,
     ForeignOutputDirError,
-    NoSpaceError,
     OutputBusyError,
     OutputPathError,
-    OutputWriteError,
+    os_error,
 )
 
 DIR_MODE = 0o755
@@ -162,17 +160,6 @@ def promote_dir(staging: Path, target: Path) -> None:
 # --- output directories that belong to the user too ---------------------------------------
 
 
-def os_error(exc: OSError, path: Path, flag: str = "-o", what: str = "write") -> EnvbuilderError:
-    """A typed error for an OSError met while writing an output (disk full has its own code)."""
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return NoSpaceError(f"the filesystem of {path} is full ({exc.strerror})",
-                            f"free space there or pass another {flag} on a bigger disk; "
-                            "the previous outputs were kept")
-    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return OutputWriteError(f"cannot {what} {path}: {exc.strerror}", f"choose a writable {flag} path")
-    return OutputWriteError(f"cannot {what} {path}: {exc.strerror or exc}", f"choose another {flag} path")
-
-
 def resolve_output(path: Path, flag: str = "-o") -> Path:
     """The real directory `path` names: a symlinked -o is followed to its target (kept a link)."""
     path = Path(path)
@@ -204,7 +191,7 @@ def guard_output_dir(path: Path, owned: Callable[[Path], bool], what: str, flag:
         try:
             entries = [e for e in os.listdir(real) if not _is_ours_hidden(e)]
         except OSError as exc:
-            raise os_error(exc, real, flag, "read") from exc
+            raise os_error(exc, real, action="read", flag=flag) from exc
         if entries and not owned(real):
             shown = ", ".join(sorted(entries)[:3]) + (", ..." if len(entries) > 3 else "")
             raise ForeignOutputDirError(
@@ -232,7 +219,7 @@ def _make_dir(path: Path, flag: str) -> bool:
                 os.mkdir(d, DIR_MODE)
                 os.chmod(d, DIR_MODE)  # umask may have taken bits away
     except OSError as exc:
-        raise os_error(exc, path, flag, "create") from exc
+        raise os_error(exc, path, action="create", flag=flag) from exc
     return True
 
 
@@ -276,7 +263,7 @@ class OutputDirLock:
         try:
             self.fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
         except OSError as exc:
-            raise os_error(exc, self.path, flag, "open") from exc
+            raise os_error(exc, self.path, action="open", flag=flag) from exc
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return
@@ -378,4 +365,4 @@ def commit_files(staging: Path, target: Path, put: Iterable[str], remove: Iterab
         _roll_forward(staging, target)
         os.unlink(staging / COMMIT_NAME)
     except OSError as exc:
-        raise os_error(exc, target) from exc
+        raise os_error(exc, target, flag="-o") from exc

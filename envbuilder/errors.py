@@ -1,21 +1,38 @@
 """Every failure envbuilder reports, one class each, with its own exit code.
 
 A user sees one line of cause and one line of fix, never a traceback. Exit codes
-are grouped by pipeline stage so scripts can tell "my input was wrong" from
-"the network failed" without parsing text:
+are grouped in bands so scripts can tell "my input was wrong" from "the network
+failed" without parsing text. Each band is a `# --- A-B: title` section below, and
+tests/test_errors.py checks that this table, the sections and the classes agree:
 
-    2      usage (click)                  30-39  image build
-    10-19  matrix, resolve, lock          40-49  export / inspect
-    20-29  host detection, check-parallel 50-59  certify
-    60-69  kernels, wheelhouse, bundle    70     internal error (a bug)
-    71-79  reliability: signals, output   80-89  matrix data, refresh, prebuilt wheels
-           directories, concurrency       90-99  nightly: signing, report, regression gate
-    100-109 runtimes (apptainer, slurm)   110-119 caches, performance paths
-    120-129 command-line options          130    interrupted
+    10-19    matrix, resolve, lock
+    20-29    host detection, check-parallel
+    30-39    image build
+    40-49    export, inspect, paths
+    50-59    certify
+    60-69    kernels, wheelhouse, bundle, install
+    70       internal error (a bug)
+    71-79    reliability: output directories, concurrency, disk, files
+    80-89    matrix data, refresh, prebuilt wheels
+    90-99    nightly: signing, report, regression gate
+    100-109  runtimes and artifact checks
+    110-119  caches, performance paths, lock --all
+    120-129  schemas and input limits
+    130      interrupted (128 + the signal: 143 SIGTERM, 129 SIGHUP)
+
+Retired codes (never given to another class, so old scripts are not misled):
+42 was export's "disk full" before the one full-disk error, DiskFullError (74).
+
+Every OSError that reaches a command's outermost layer goes through `os_error`,
+the one mapping from errno to a typed error (a full disk, a read-only
+filesystem, a denied permission, a path that cannot be used): an environment
+problem is never reported as an internal error.
 """
 
 from __future__ import annotations
 
+import errno
+import os
 from typing import Any, ClassVar
 
 
@@ -193,7 +210,7 @@ class SecretLeakError(EnvbuilderError):
     kind = "secret-leak"
 
 
-# --- 40-49: export / inspect ----------------------------------------------------
+# --- 40-49: export, inspect, paths ----------------------------------------------------
 
 
 class ImageNotFoundError(EnvbuilderError):
@@ -204,17 +221,10 @@ class ImageNotFoundError(EnvbuilderError):
 
 
 class OutputPathError(EnvbuilderError):
-    """The output path cannot be written (missing dir, permissions)."""
+    """A path cannot be used: missing, not a directory, a directory, already there, or a name too long."""
 
     exit_code = 41
     kind = "output-path"
-
-
-class DiskFullError(EnvbuilderError):
-    """The output filesystem ran out of space; nothing partial was left."""
-
-    exit_code = 42
-    kind = "disk-full"
 
 
 class ExportInterruptedError(EnvbuilderError):
@@ -350,7 +360,7 @@ class HostTorchMismatchError(EnvbuilderError):
     kind = "host-torch-mismatch"
 
 
-# --- 71-79: reliability: signals, output directories, concurrency, disk ------
+# --- 71-79: reliability: output directories, concurrency, disk, files ---------
 
 
 class OutputBusyError(EnvbuilderError):
@@ -374,11 +384,11 @@ class MalformedFileError(EnvbuilderError):
     kind = "malformed-file"
 
 
-class NoSpaceError(EnvbuilderError):
-    """A filesystem filled up while locking or certifying; the previous outputs were kept."""
+class DiskFullError(EnvbuilderError):
+    """A filesystem filled up (ENOSPC) or a quota was reached (EDQUOT); the previous outputs were kept."""
 
     exit_code = 74
-    kind = "no-space"
+    kind = "disk-full"
 
 
 class UnsupportedArchError(EnvbuilderError):
@@ -389,10 +399,31 @@ class UnsupportedArchError(EnvbuilderError):
 
 
 class OutputWriteError(EnvbuilderError):
-    """Writing an output failed for a reason other than space (read-only fs, /proc, permissions)."""
+    """Writing an output failed for another reason than space, permission or a read-only filesystem (/proc, EIO)."""
 
     exit_code = 76
     kind = "output-write"
+
+
+class PermissionDeniedError(EnvbuilderError):
+    """A file or directory may not be read or written by this user (EACCES, EPERM)."""
+
+    exit_code = 77
+    kind = "permission-denied"
+
+
+class ReadOnlyFilesystemError(EnvbuilderError):
+    """An output lies on a read-only filesystem (EROFS)."""
+
+    exit_code = 78
+    kind = "read-only-filesystem"
+
+
+class InputReadError(EnvbuilderError):
+    """An input file exists but reading it failed (EIO, a device, a vanished mount)."""
+
+    exit_code = 79
+    kind = "input-read"
 
 
 # --- 80-89: matrix data, refresh, prebuilt wheels ----------------------------
@@ -478,8 +509,7 @@ class NightlyRowsFailedError(EnvbuilderError):
     kind = "nightly-rows-failed"
 
 
-# --- 100-109: runtimes (apptainer, slurm, enroot) ----------------------------
-# (this section's classes go here)
+# --- 100-109: runtimes and artifact checks ----------------------------------
 
 
 class ArtifactImageMismatchError(EnvbuilderError):
@@ -496,8 +526,7 @@ class RuntimeCommandError(EnvbuilderError):
     kind = "runtime-failed"
 
 
-# --- 110-119: caches and performance paths -----------------------------------
-# (this section's classes go here)
+# --- 110-119: caches, performance paths, lock --all --------------------------
 
 
 class LockAllError(EnvbuilderError):
@@ -521,8 +550,7 @@ class OverlayFeedError(EnvbuilderError):
     kind = "overlay-feed-refused"
 
 
-# --- 120-129: command-line options -------------------------------------------
-# (this section's classes go here)
+# --- 120-129: schemas and input limits ---------------------------------------
 
 
 class LockSchemaError(EnvbuilderError):
@@ -532,7 +560,21 @@ class LockSchemaError(EnvbuilderError):
     kind = "lock-schema"
 
 
-# --- helpers ----------------------------------------------------------------------
+class InputTooLargeError(EnvbuilderError):
+    """A file envbuilder reads is larger than its kind may be (or endless, like /dev/zero); it was not read whole."""
+
+    exit_code = 121
+    kind = "input-too-large"
+
+
+class InputTooDeepError(EnvbuilderError):
+    """A JSON file envbuilder reads nests deeper than its kind may."""
+
+    exit_code = 122
+    kind = "input-too-deep"
+
+
+# --- 70: internal error (a bug) -------------------------------------------------------------
 
 
 class InternalError(EnvbuilderError):
@@ -540,6 +582,47 @@ class InternalError(EnvbuilderError):
 
     exit_code = 70
     kind = "internal"
+
+
+# --- the one mapping from OSError to a typed error ----------------------------------
+
+#: a full disk or quota
+_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+#: the path itself cannot be used, whatever the filesystem
+_PATH = {errno.EEXIST, errno.ENAMETOOLONG, errno.ENOTDIR, errno.EISDIR, errno.ELOOP, errno.ENOTEMPTY}
+
+
+def os_error(exc: OSError, path: os.PathLike[str] | str | None = None, *, action: str = "write",
+             flag: str | None = None) -> EnvbuilderError:
+    """The typed error for an OSError: the one mapping every command's outermost layer uses.
+
+    `path` defaults to the one the OSError names; `action` is what was being done ("write",
+    "read", "create", "open", ...), `flag` the option that named the path (its fix names it).
+    """
+    where = str(path if path is not None else (exc.filename if exc.filename is not None else ""))
+    reason = exc.strerror or (os.strerror(exc.errno) if exc.errno else "") or str(exc) or type(exc).__name__
+    target = f"{action} {where}" if where else f"{action} a file"
+    other = f"pass another {flag}" if flag else "choose another path"
+    reading = action in ("read", "list")
+    code = exc.errno
+    if code in _FULL:
+        fs = f"the filesystem of {where}" if where else "a filesystem"
+        return DiskFullError(f"{fs} is full ({reason}) while trying to {action}",
+                             f"free space (or quota) there, or {other} on a bigger disk; "
+                             "the previous outputs were kept")
+    if code == errno.EROFS:
+        return ReadOnlyFilesystemError(f"cannot {target}: it is on a read-only filesystem",
+                                       f"{other} on a writable filesystem")
+    if code in (errno.EACCES, errno.EPERM):
+        return PermissionDeniedError(f"cannot {target}: permission denied",
+                                     f"give this user access to {where or 'it'} (ls -ld; chmod), or {other}")
+    if code in _PATH or (code == errno.ENOENT and reading):
+        return OutputPathError(f"cannot {target}: {reason}",
+                               "pass a shorter path" if code == errno.ENAMETOOLONG else f"check the path, or {other}")
+    if reading:
+        return InputReadError(f"cannot {target}: {reason}",
+                              "check the file and its filesystem (dmesg), or pass another file")
+    return OutputWriteError(f"cannot {target}: {reason}", f"{other} on an ordinary writable filesystem")
 
 
 def all_error_classes() -> list[type[EnvbuilderError]]:

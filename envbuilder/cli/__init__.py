@@ -22,7 +22,8 @@ import click
 from envbuilder import __version__, procs
 from envbuilder.choices import COLORS
 from envbuilder.console import SETTINGS, dumps
-from envbuilder.errors import EnvbuilderError, InternalError
+from envbuilder.errors import EnvbuilderError, InternalError, os_error
+from envbuilder.safetext import printable
 
 # name -> "module:attribute"
 COMMANDS: dict[str, str] = {
@@ -151,10 +152,10 @@ def report_error(err: EnvbuilderError, want_json: bool) -> None:
     tail = err.details.get("log_tail")
     if isinstance(tail, list) and tail:  # a fix may point at "the log above": show it (stderr, also with --json)
         for line in tail:
-            click.echo(f"  | {line}", err=True)
-    click.echo(f"error: {err.cause}", err=True)
+            click.echo(f"  | {printable(line)}", err=True)
+    click.echo(f"error: {printable(err.cause)}", err=True)  # one line each, whatever a file name held
     if err.fix:
-        click.echo(f"  fix: {err.fix}", err=True)
+        click.echo(f"  fix: {printable(err.fix)}", err=True)
     if want_json:
         sys.stdout.write(dumps(err.to_dict()))
 
@@ -182,6 +183,10 @@ def main(argv: list[str] | None = None) -> Any:
         sys.exit(exc.exit_code)
     except SystemExit:
         raise
+    except OSError as exc:  # an environment problem (full disk, read-only, permission), never a bug
+        typed = os_error(exc, action="use")
+        report_error(typed, want_json)
+        sys.exit(typed.exit_code)
     except Exception as exc:  # a bug: one line unless asked for the traceback
         if os.environ.get("ENVBUILDER_DEBUG") or SETTINGS.verbosity >= 2:
             traceback.print_exc()

@@ -163,7 +163,7 @@ def spool_image(image: Any, dest: Path) -> None:
             for chunk in image.save(chunk_size=1 << 20, named=False):
                 fh.write(chunk)
     except OSError as exc:
-        if exc.errno == errno.ENOSPC:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
             raise DiskFullError(
                 f"no space left while saving the image to {dest.parent}",
                 "free space there or pass --workdir on a larger filesystem",

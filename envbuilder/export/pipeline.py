@@ -12,7 +12,6 @@ end: an error, SIGINT or SIGTERM removes it, so no partial artifact is ever left
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import shutil
 import signal
@@ -30,12 +29,12 @@ from envbuilder.canonical import sha256_file
 from envbuilder.choices import EXPORT_FEEDS, EXPORT_LAYER_SOURCES
 from envbuilder.errors import (
     ArtifactImageMismatchError,
-    DiskFullError,
     ExportInterruptedError,
     InvalidOptionError,
     LayerStorageUnreadableError,
     OutputPathError,
     OverlayFeedError,
+    os_error,
 )
 from envbuilder.export import image_source, overlay, render, sidecars, squashfs, storage, verify
 from envbuilder.export.cache import ExportCache, export_key, mksquashfs_version
@@ -133,11 +132,7 @@ def check_output(path: Path) -> None:
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:
-        if exc.errno == errno.ENOSPC:
-            raise DiskFullError(f"no space left on the filesystem of {parent}", "free space there") from exc
-        raise OutputPathError(
-            f"cannot write in {parent}: {exc.strerror}", "choose a writable directory or fix its permissions"
-        ) from exc
+        raise os_error(exc, parent, action="write in", flag="-o") from exc
 
 
 def provenance(info: image_source.ImageInfo, lock_dir: Path | None) -> tuple[int, str, str]:

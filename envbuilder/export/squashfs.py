@@ -245,7 +245,7 @@ def _nearly_full(path: Path) -> bool:
 
 
 def raise_if_enospc(exc: OSError, where: Path) -> None:
-    if exc.errno == errno.ENOSPC:
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         raise DiskFullError(
             f"no space left on the filesystem of {where}",
             "free space there or choose another -o path; nothing partial was left",

@@ -20,8 +20,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
-from envbuilder.atomic import claim_output_dir, commit_files, os_error, owned_names, staging_dir, write_atomic
-from envbuilder.errors import EnvbuilderError, LockOutOfDateError, NetworkError, PlatformWheelError, UvError
+from envbuilder.atomic import claim_output_dir, commit_files, owned_names, staging_dir, write_atomic
+from envbuilder.errors import EnvbuilderError, LockOutOfDateError, NetworkError, PlatformWheelError, UvError, os_error
 from envbuilder.lock.interpreter import interpreter_for, own_interpreter, uv_lacked_interpreter
 from envbuilder.lock.kernel_sources import check_kernel_sources, derive_uncovered
 from envbuilder.lock.platform import check_platform, fetch_release_files, find_constraint, source_builds, target_tags
@@ -221,7 +221,7 @@ def run_lock(matrix: Matrix, req: ResolveRequest, opts: LockOptions, progress: P
         try:
             return _lock_into(matrix, req, opts, res, out, real, timings, t0, progress)
         except OSError as exc:
-            raise os_error(exc, out) from exc
+            raise os_error(exc, out, flag="-o") from exc
 
 
 PYTHON_VERSION_NAME = ".python-version"

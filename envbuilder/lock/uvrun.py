@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 
 from envbuilder import procs
-from envbuilder.errors import NetworkError, NoSpaceError, UvError
+from envbuilder.errors import DiskFullError, NetworkError, UvError
 from envbuilder.troubleshoot import troubleshoot
 from envbuilder.uvbin import uv_binary, uv_version
 
@@ -63,6 +63,14 @@ def _save_log(log: str) -> str:
         return ""
 
 
+def _same_fs(a: Path, b: str | Path) -> bool:
+    """One filesystem holds both (their free space, read twice, may differ by what others wrote meanwhile)."""
+    try:
+        return os.stat(a).st_dev == os.stat(b).st_dev
+    except OSError:
+        return False
+
+
 def _index_and_proxy(env: dict[str, str], report: str) -> str:
     urls = re.findall(r"https?://[^\s`'\")]+", report)
     index = urls[0] if urls else (env.get("UV_DEFAULT_INDEX") or env.get("UV_INDEX_URL") or "https://pypi.org/simple")
@@ -76,7 +84,7 @@ def _redact(url: str) -> str:
 
 
 def run_uv_lock(project_dir: Path, ca_bundle: Path | None = None, extra: list[str] | None = None) -> str:
-    """`uv lock` in project_dir; returns stderr (uv's log). Raises NetworkError / UvError / NoSpaceError.
+    """`uv lock` in project_dir; returns stderr (uv's log). Raises NetworkError / UvError / DiskFullError.
 
     uv runs in its own process group and dies with envbuilder (procs.run), so an interrupted
     or killed lock leaves no uv writing into the staging directory.
@@ -104,11 +112,11 @@ def run_uv_lock(project_dir: Path, ca_bundle: Path | None = None, extra: list[st
     if "No space left on device" in report or "os error 28" in report:
         cache = _cache_dir(env)
         free_out, free_cache = _free_bytes(project_dir), _free_bytes(cache)
-        if free_out is not None and (free_cache is None or free_out <= free_cache):
-            raise NoSpaceError(f"uv lock ran out of disk space on the filesystem of {project_dir.parent}",
-                               "free space there or pass an -o on a bigger disk; the previous lock was kept", **tail)
-        raise NoSpaceError(f"uv lock ran out of disk space in uv's cache ({cache})",
-                           "free space (`uv cache prune`), or set UV_CACHE_DIR to a bigger disk", **tail)
+        if free_out is not None and (free_cache is None or free_out <= free_cache or _same_fs(project_dir, cache)):
+            raise DiskFullError(f"uv lock ran out of disk space on the filesystem of {project_dir.parent}",
+                                "free space there or pass an -o on a bigger disk; the previous lock was kept", **tail)
+        raise DiskFullError(f"uv lock ran out of disk space in uv's cache ({cache})",
+                            "free space (`uv cache prune`), or set UV_CACHE_DIR to a bigger disk", **tail)
     if "No solution found" not in report and any(s in report.lower() for s in _NETWORK):
         advice = troubleshoot(report)
         raise NetworkError(f"uv lock could not reach a package index at {_index_and_proxy(env, report)}: "

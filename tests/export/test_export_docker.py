@@ -412,17 +412,17 @@ def tiny_fs(tmp_path: Path) -> Iterator[Path]:
 
 
 @pytest.mark.parametrize("fmt", ["sqsh", "sif"])
-def test_disk_full_exit_42_no_partial_file(whiteout_image: str, tiny_fs: Path, tmp_path: Path, fmt: str) -> None:
+def test_disk_full_exit_74_no_partial_file(whiteout_image: str, tiny_fs: Path, tmp_path: Path, fmt: str) -> None:
     work = tmp_path / "work"
     work.mkdir()
     # the docker save spool goes to a big filesystem: mksquashfs itself hits ENOSPC
     r = _cli("export", whiteout_image, "-o", str(tiny_fs / f"x.{fmt}"), "--workdir", str(work))
-    assert r.returncode == 42, r.stderr
+    assert r.returncode == 74, r.stderr
     assert "no space left" in r.stderr and "Traceback" not in r.stderr
     assert _leftovers(tiny_fs) == [] and _leftovers(work) == []
     # and when the spool itself does not fit
     r = _cli("export", whiteout_image, "-o", str(tiny_fs / f"y.{fmt}"))
-    assert r.returncode == 42 and _leftovers(tiny_fs) == []
+    assert r.returncode == 74 and _leftovers(tiny_fs) == []
 
 
 @pytest.mark.parametrize(("sig", "layers"), [(signal.SIGINT, "save"), (signal.SIGTERM, "storage")])
