@@ -31,6 +31,7 @@ from envbuilder.kernels.files import cache_root, fetch, link_or_copy
 from envbuilder.kernels.lockfiles import LockedFiles, by_name, read_locked_files
 from envbuilder.kernels.packages import arch_knobs, default_jobs
 from envbuilder.kernels.patch import GencodePatch, patch_sdist_tree
+from envbuilder.kernels.toolkit import Toolkit, toolkit_for
 from envbuilder.kernels.torchenv import (
     TorchFacts,
     check_host_torch,
@@ -113,6 +114,7 @@ class WheelsResult:
     arch_list: ArchList
     packages: list[PackageReport]
     seconds: float
+    toolkit: Toolkit | None = None      # the compiler used (host or assembled); not in wheelhouse.json
 
     def record(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "lock_sha256": self.lock_sha256, "torch": self.torch.to_dict(),
@@ -122,6 +124,7 @@ class WheelsResult:
         return {"output": str(self.output), "lock_sha256": self.lock_sha256, "arch_list": self.arch_list.torch,
                 "torch": {**self.torch.to_dict(), "interpreter": self.torch.interpreter},
                 "packages": [p.to_dict() for p in self.packages],
+                "toolkit": self.toolkit.to_dict() if self.toolkit else None,
                 "seconds": round(self.seconds, 3)}
 
 
@@ -424,6 +427,12 @@ def run_wheels(opts: WheelsOptions, matrix: Matrix | None, progress: Progress = 
             continue
         to_build.append((name, files))
     facts = _choose_torch(opts, lockdir, record, cache, progress, [n for n, _ in to_build])
+    toolkit = None
+    if to_build and matrix is not None:
+        toolkit = toolkit_for(facts.cuda, opts.cuda_home, matrix, cache, progress, opts.ca_bundle)
+        if toolkit is not None:
+            opts = replace(opts, cuda_home=toolkit.root)
+            progress(f"compiling with nvcc {toolkit.nvcc} ({toolkit.origin}: {toolkit.root})")
     progress(f"building against {facts.interpreter}: torch {facts.torch}, CUDA {facts.cuda or 'none'}, "
              f"cxx11abi {facts.cxx11abi}, Python {facts.python}; arch list {archs.torch}")
     if to_build:
@@ -432,7 +441,7 @@ def run_wheels(opts: WheelsOptions, matrix: Matrix | None, progress: Progress = 
     out.parent.mkdir(parents=True, exist_ok=True)
     with staging_dir(out) as staging:
         reports = _build_all(to_build, record, facts, archs, opts, cache, matrix, staging, progress)
-        result = WheelsResult(out, record.lock_sha256, facts, archs, reports, time.monotonic() - t0)
+        result = WheelsResult(out, record.lock_sha256, facts, archs, reports, time.monotonic() - t0, toolkit)
         write_atomic(staging / WHEELHOUSE_RECORD, json.dumps(result.record(), indent=2, sort_keys=True) + "\n")
         promote_dir(staging, out)
     result.seconds = time.monotonic() - t0

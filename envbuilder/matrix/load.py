@@ -27,6 +27,7 @@ from envbuilder.matrix.model import (
     UNKNOWN,
     BuildPackage,
     CudaRelease,
+    CudaToolkit,
     DroppedPackage,
     Fact,
     Gpu,
@@ -37,6 +38,7 @@ from envbuilder.matrix.model import (
     PackageCutoff,
     PythonRequirement,
     Release,
+    ToolkitFile,
     TorchInfo,
     TransformerEngineInfo,
 )
@@ -451,6 +453,36 @@ def _load_prebuilt(f: _File) -> dict[tuple[str, str], PrebuiltWheels]:
     return out
 
 
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def _check_files(v: Any) -> str | None:
+    if not isinstance(v, list) or not v:
+        return "must be a non-empty list of { kind, url, sha256, source } tables"
+    for e in v:
+        if not isinstance(e, dict) or set(e) != {"kind", "url", "sha256", "source"}:
+            return "every file is a table with exactly kind, url, sha256 and source"
+        if e["kind"] not in ("deb", "wheel") or not str(e["url"]).startswith("https://") \
+                or not _SHA256.fullmatch(str(e["sha256"])) or not str(e["source"]).strip():
+            return f"bad file entry {e.get('url')!r}: kind deb|wheel, an https url, a sha256 and a source"
+    return None
+
+
+def _load_toolkits(f: _File) -> tuple[CudaToolkit, ...]:
+    out: list[CudaToolkit] = []
+    for i, row in enumerate(f.rows("toolkits")):
+        cuda = str(_plain(f, "toolkits", i, row, "cuda", _check_cuda))
+        release = str(_plain(f, "toolkits", i, row, "release", _check_version))
+        nvcc = str(_plain(f, "toolkits", i, row, "nvcc", _check_version))
+        source = str(_plain(f, "toolkits", i, row, "source", _check_str))
+        files = _plain(f, "toolkits", i, row, "files", _check_files)
+        if any(t.cuda == cuda for t in out):
+            raise f.error("toolkits", i, "cuda", f"duplicate toolkit for CUDA {cuda}", "keep one per major.minor")
+        out.append(CudaToolkit(cuda, release, nvcc, source,
+                               tuple(ToolkitFile(e["kind"], e["url"], e["sha256"], e["source"]) for e in files)))
+    return tuple(sorted(out, key=lambda t: tuple(int(x) for x in t.cuda.split(".")), reverse=True))
+
+
 def _schema_check(f: _File) -> None:
     version = f.data.get("schema", SCHEMA_VERSION)
     if version != SCHEMA_VERSION:
@@ -486,7 +518,7 @@ def load_matrix(directory: Path | None = None) -> Matrix:
     cuda, minor, fwd = _load_cuda(cuda_f) if cuda_f else ([], {}, None)
     torch_f, te_f = opt("torch.toml"), opt("transformer_engine.toml")
     bp_f, pr_f, gpu_f = opt("build_packages.toml"), opt("python_requirements.toml"), opt("gpus.toml")
-    wheels_f = opt("prebuilt_wheels.toml")
+    wheels_f, toolkits_f = opt("prebuilt_wheels.toml"), opt("cuda_toolkits.toml")
     return Matrix(
         releases=tuple(releases),
         cuda_releases=tuple(cuda),
@@ -498,4 +530,5 @@ def load_matrix(directory: Path | None = None) -> Matrix:
         python_requirements=tuple(_load_python_requirements(pr_f)) if pr_f else (),
         gpus=tuple(_load_gpus(gpu_f)) if gpu_f else (),
         prebuilt_wheels=_load_prebuilt(wheels_f) if wheels_f else {},
+        cuda_toolkits=_load_toolkits(toolkits_f) if toolkits_f else (),
     )

@@ -197,6 +197,31 @@ class CudaRelease:
 
 
 @dataclass(frozen=True)
+class ToolkitFile:
+    """One file a CUDA toolkit is assembled from (matrices/cuda_toolkits.toml)."""
+
+    kind: str      # deb | wheel
+    url: str
+    sha256: str
+    source: str    # where the sha256 was read
+
+
+@dataclass(frozen=True)
+class CudaToolkit:
+    """A CUDA compiler for hosts without one: nvcc `nvcc` of CUDA `release`, from `files`."""
+
+    cuda: str      # major.minor
+    release: str   # the CUDA release, e.g. 12.4.1
+    nvcc: str      # what `nvcc --version` reports, e.g. 12.4.131
+    source: str
+    files: tuple[ToolkitFile, ...]
+
+    @property
+    def major(self) -> int:
+        return int(self.cuda.split(".", 1)[0])
+
+
+@dataclass(frozen=True)
 class TorchInfo:
     version: str
     cuda_variants: Fact
@@ -298,6 +323,8 @@ class Matrix:
     gpus: tuple[Gpu, ...] = ()
     # (package, version) -> the wheels its GitHub release publishes (matrix/prebuilt.py)
     prebuilt_wheels: dict[tuple[str, str], PrebuiltWheels] = field(default_factory=dict)
+    # compilers envbuilder can assemble, newest CUDA first (matrices/cuda_toolkits.toml)
+    cuda_toolkits: tuple[CudaToolkit, ...] = ()
 
     def names(self, include_test: bool = False) -> list[str]:
         return [r.name for r in self.releases if include_test or not r.test_only]
