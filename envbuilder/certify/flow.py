@@ -189,7 +189,8 @@ def _inner_args(opts: CertifyOptions, exp_path: str, out_path: str) -> list[str]
 def certify_environment(opts: CertifyOptions, progress: Progress = lambda _m: None) -> CertifyResult:
     """Run the checks in the target; CertificationFailedError only when no check ran (a failed check
     is a certificate with status "fail", which the caller reports)."""
-    from envbuilder.certify.sign import KEY_ENV, load_private_key, sign_certificate
+    from envbuilder.certify.sign import sign_certificate
+    from envbuilder.dsse import KEY_ENV, load_private_key
 
     t, output, sbom = opts.target, opts.output, opts.sbom
     if opts.lock is not None and opts.expect is not None:

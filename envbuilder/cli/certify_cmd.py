@@ -126,8 +126,9 @@ def verify_cert(cert: Path, lock: Path, image: str | None, sqsh: Path | None, si
     """Check that CERT belongs to this lock (and artifact) and that it passed."""
     from envbuilder.certify.expectations import read_lock
     from envbuilder.certify.runner import make_target
-    from envbuilder.certify.sign import envelope_path, load_public_key, verify_signature
+    from envbuilder.certify.sign import envelope_path, verify_signature
     from envbuilder.certify.verify import load_certificate, verify_certificate, verify_sbom
+    from envbuilder.dsse import load_public_key
 
     if sum(x is not None for x in (image, sqsh, sif)) > 1:
         raise InvalidOptionError("name at most one of --image, --sqsh, --sif", "pass the artifact you deploy")

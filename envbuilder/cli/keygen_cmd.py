@@ -17,7 +17,7 @@ from envbuilder.console import emit_json, stderr_console
 @json_option("Print the paths and key id as JSON on stdout.")
 def keygen(output: Path, name: str, as_json: bool) -> None:
     """Create an ed25519 key pair: NAME.key (private, mode 0600) and NAME.pub. Never overwrites."""
-    from envbuilder.certify.sign import generate_keypair
+    from envbuilder.dsse import generate_keypair
 
     pair = generate_keypair(output / f"{name}.key", output / f"{name}.pub")
     console = stderr_console()

@@ -99,7 +99,7 @@ def build_report(opts: ReportOptions, progress: Progress = lambda _m: None) -> R
     locks = _locks_by_sha(opts.locks)
     pub = None
     if opts.public_key is not None:
-        from envbuilder.certify.sign import load_public_key
+        from envbuilder.dsse import load_public_key
 
         pub = load_public_key(opts.public_key)
     views: list[RowView] = []

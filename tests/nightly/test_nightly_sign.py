@@ -16,15 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from envbuilder.certify.sign import (
-    ENVELOPE_NAME,
-    generate_keypair,
-    load_private_key,
-    load_public_key,
-    sign_certificate,
-    statement,
-    verify_signature,
-)
+from envbuilder.certify.sign import ENVELOPE_NAME, sign_certificate, statement, verify_signature
+from envbuilder.dsse import generate_keypair, load_private_key, load_public_key
 from envbuilder.errors import CertificateUnsignedError, SignatureInvalidError, SigningKeyError
 
 REPO = Path(__file__).resolve().parents[2]

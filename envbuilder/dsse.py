@@ -1,0 +1,193 @@
+"""ed25519 keys and DSSE envelopes: the one signer envbuilder has.
+
+`envbuilder keygen` makes the pair. Certificates (certify/sign.py) and the shared kernel-wheel
+cache's entries (kernels/wheelcache) are both signed here, as a DSSE envelope over an in-toto
+statement: the signature covers the pre-authentication encoding of (payload type, payload), so
+neither can be swapped without breaking it.
+
+`cryptography` is imported inside the functions: the in-environment certify modules never load it.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from envbuilder.atomic import write_atomic
+from envbuilder.errors import EnvbuilderError, SignatureInvalidError, SigningKeyError
+
+#: the payload type of an in-toto statement
+IN_TOTO_PAYLOAD_TYPE = "application/vnd.in-toto+json"
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+#: a CI secret holding the PEM private key (used when --sign is not given)
+KEY_ENV = "ENVBUILDER_SIGNING_KEY"
+#: a key file is a few hundred bytes: anything much larger is not one (and /dev/zero never ends)
+_MAX_KEY_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class KeyPair:
+    private: Path
+    public: Path
+    keyid: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"private": str(self.private), "public": str(self.public), "keyid": self.keyid}
+
+
+def keyid_of(public_key: Any) -> str:
+    """sha256 of the raw 32-byte public key: what envelopes name their signer by."""
+    from cryptography.hazmat.primitives import serialization
+
+    raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return hashlib.sha256(raw).hexdigest()
+
+
+def _read_key_file(path: Path, what: str) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(_MAX_KEY_BYTES + 1)
+    except OSError as exc:
+        raise SigningKeyError(f"cannot read {what} {path}: {exc.strerror}",
+                              "pass the file written by `envbuilder keygen` (make keys)") from exc
+    if len(data) > _MAX_KEY_BYTES:
+        raise SigningKeyError(f"{path} is larger than {_MAX_KEY_BYTES // 1024} KiB: not a PEM key",
+                              "pass the file written by `envbuilder keygen` (make keys)")
+    return data
+
+
+def _private_from_pem(pem: bytes, where: str) -> Any:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    try:
+        key = serialization.load_pem_private_key(pem, password=None)
+    except (ValueError, TypeError) as exc:
+        raise SigningKeyError(f"{where} is not an unencrypted PEM private key ({exc})",
+                              "create a key pair with `make keys` (envbuilder keygen)") from exc
+    if not isinstance(key, Ed25519PrivateKey):
+        raise SigningKeyError(f"{where} is a {type(key).__name__}, not an ed25519 key",
+                              "create an ed25519 key pair with `make keys` (envbuilder keygen)")
+    return key
+
+
+def load_private_key(path: Path | None) -> Any:
+    """The key from `path`, or (when path is None) the PEM text in $ENVBUILDER_SIGNING_KEY."""
+    if path is None:
+        pem = os.environ.get(KEY_ENV, "")
+        if not pem.strip():
+            raise SigningKeyError(f"no signing key: --sign not given and ${KEY_ENV} is empty",
+                                  f"pass --sign KEY.pem or set {KEY_ENV} from a CI secret")
+        return _private_from_pem(pem.encode(), f"${KEY_ENV}")
+    return _private_from_pem(_read_key_file(Path(path), "signing key"), str(path))
+
+
+def load_public_key(path: Path) -> Any:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    data = _read_key_file(Path(path), "public key")
+    try:
+        key = serialization.load_pem_public_key(data)
+    except (ValueError, TypeError) as exc:
+        raise SigningKeyError(f"{path} is not a PEM public key ({exc})",
+                              "pass the .pub file written by `make keys` (not the private key)") from exc
+    if not isinstance(key, Ed25519PublicKey):
+        raise SigningKeyError(f"{path} is a {type(key).__name__}, not an ed25519 key",
+                              "pass the .pub file written by `make keys`")
+    return key
+
+
+def generate_keypair(private: Path, public: Path) -> KeyPair:
+    """Write a new ed25519 pair (private 0600); never overwrites an existing key."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    for p in (private, public):
+        if p.exists():
+            raise SigningKeyError(f"{p} exists; a new key would orphan every signature made with it",
+                                  "remove it yourself if you mean to rotate keys, or choose another path")
+    key = Ed25519PrivateKey.generate()
+    private.parent.mkdir(parents=True, exist_ok=True)
+    public.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(private, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                            serialization.NoEncryption()), mode=0o600)
+    write_atomic(public, key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                       serialization.PublicFormat.SubjectPublicKeyInfo))
+    return KeyPair(private, public, keyid_of(key.public_key()))
+
+
+def pae(payload_type: str, body: bytes) -> bytes:
+    """DSSE pre-authentication encoding: what the signature covers."""
+    t = payload_type.encode()
+    return b"DSSEv1 %d %s %d %s" % (len(t), t, len(body), body)
+
+
+def canonical_json(obj: Any) -> bytes:
+    """The bytes a statement is signed as: sorted keys, no spaces."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """A parsed DSSE envelope: the payload type, the payload bytes, and (keyid, signature) pairs."""
+
+    payload_type: str
+    body: bytes
+    signatures: tuple[tuple[str, bytes], ...]
+
+    @classmethod
+    def sign(cls, payload_type: str, body: bytes, key: Any) -> Envelope:
+        """Sign `body` with `key` (an Ed25519PrivateKey)."""
+        return cls(payload_type, body, ((keyid_of(key.public_key()), key.sign(pae(payload_type, body))),))
+
+    def to_json(self) -> str:
+        return json.dumps({"payloadType": self.payload_type, "payload": base64.b64encode(self.body).decode(),
+                           "signatures": [{"keyid": k, "sig": base64.b64encode(s).decode()}
+                                          for k, s in self.signatures]}, indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, data: bytes | str, where: str,
+                  error: type[EnvbuilderError] = SignatureInvalidError, fix: str = "") -> Envelope:
+        """Parse an envelope; anything of another shape raises `error` (a typed error naming `where`)."""
+        try:
+            env = json.loads(data)
+            if not isinstance(env, dict):
+                raise ValueError("not a JSON object")
+            payload_type, payload, sigs = env["payloadType"], env["payload"], env["signatures"]
+            if not isinstance(payload_type, str) or not isinstance(payload, str) or not isinstance(sigs, list):
+                raise ValueError("payloadType and payload must be strings, signatures a list")
+            pairs = []
+            for s in sigs:
+                if not isinstance(s, dict) or not isinstance(s.get("sig"), str):
+                    raise ValueError("each signature must be an object with a base64 `sig`")
+                pairs.append((str(s.get("keyid") or ""), base64.b64decode(s["sig"], validate=True)))
+            body = base64.b64decode(payload, validate=True)
+        except (ValueError, KeyError, TypeError, binascii.Error, RecursionError) as exc:
+            raise error(f"{where} is not a DSSE envelope ({exc})", fix or None) from exc
+        return cls(payload_type, body, tuple(pairs))
+
+    def verified_by(self, public_keys: Sequence[Any]) -> str | None:
+        """The key id of the first of `public_keys` whose signature verifies, else None."""
+        from cryptography.exceptions import InvalidSignature
+
+        message = pae(self.payload_type, self.body)
+        for key in public_keys:
+            for _, sig in self.signatures:
+                try:
+                    key.verify(sig, message)
+                except InvalidSignature:
+                    continue
+                return keyid_of(key)
+        return None
+
+    @property
+    def signer_names(self) -> str:
+        return ", ".join(k[:12] for k, _ in self.signatures) or "none"
