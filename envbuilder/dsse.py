@@ -30,6 +30,8 @@ STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 KEY_ENV = "ENVBUILDER_SIGNING_KEY"
 #: a key file is a few hundred bytes: anything much larger is not one (and /dev/zero never ends)
 _MAX_KEY_BYTES = 64 * 1024
+#: envelopes hold a statement of a few KiB
+_MAX_ENVELOPE_BYTES = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -157,22 +159,21 @@ class Envelope:
     def from_json(cls, data: bytes | str, where: str,
                   error: type[EnvbuilderError] = SignatureInvalidError, fix: str = "") -> Envelope:
         """Parse an envelope; anything of another shape raises `error` (a typed error naming `where`)."""
+        from envbuilder.jsonread import Fields, loads_json
+
         try:
-            env = json.loads(data)
-            if not isinstance(env, dict):
-                raise ValueError("not a JSON object")
-            payload_type, payload, sigs = env["payloadType"], env["payload"], env["signatures"]
-            if not isinstance(payload_type, str) or not isinstance(payload, str) or not isinstance(sigs, list):
-                raise ValueError("payloadType and payload must be strings, signatures a list")
-            pairs = []
-            for s in sigs:
-                if not isinstance(s, dict) or not isinstance(s.get("sig"), str):
-                    raise ValueError("each signature must be an object with a base64 `sig`")
-                pairs.append((str(s.get("keyid") or ""), base64.b64decode(s["sig"], validate=True)))
-            body = base64.b64decode(payload, validate=True)
-        except (ValueError, KeyError, TypeError, binascii.Error, RecursionError) as exc:
-            raise error(f"{where} is not a DSSE envelope ({exc})", fix or None) from exc
-        return cls(payload_type, body, tuple(pairs))
+            doc = Fields.of(loads_json(data, what="it", error=error, fix=fix, max_bytes=_MAX_ENVELOPE_BYTES),
+                            "it", error, fix)
+            payload_type = doc.string("payloadType", nonempty=True)
+            body = base64.b64decode(doc.string("payload", max_len=_MAX_ENVELOPE_BYTES), validate=True)
+            pairs = tuple((str(s.string("keyid", default="")), base64.b64decode(s.string("sig"), validate=True))
+                          for s in doc.objs("signatures"))
+        except (ValueError, binascii.Error) as exc:
+            raise error(f"{where} is not a DSSE envelope (a payload or signature is not base64: {exc})",
+                        fix or None) from exc
+        except error as exc:
+            raise error(f"{where} is not a DSSE envelope ({exc.cause})", fix or None) from exc
+        return cls(payload_type, body, pairs)
 
     def verified_by(self, public_keys: Sequence[Any]) -> str | None:
         """The key id of the first of `public_keys` whose signature verifies, else None."""

@@ -16,7 +16,7 @@ from envbuilder.dsse import (
     load_private_key,
     load_public_key,
 )
-from envbuilder.errors import SignatureInvalidError, SigningKeyError
+from envbuilder.errors import InputTooDeepError, SignatureInvalidError, SigningKeyError
 
 
 @pytest.fixture()
@@ -40,10 +40,15 @@ def test_round_trip_and_refusals(keys: tuple[object, object, object]) -> None:
 @pytest.mark.parametrize("text", ['["x"]', '{"payloadType": "t", "payload": "e30=", "signatures": ["AAAA"]}',
                                   '{"payloadType": 1, "payload": "e30=", "signatures": []}',
                                   '{"payloadType": "t", "payload": "%%%", "signatures": []}',
-                                  '{"payloadType": "t"}', "not json", "[" * 100000])
+                                  '{"payloadType": "t"}', "not json", '{"payload": "e30=", "payload": "e30="}'])
 def test_malformed_envelopes_are_typed_errors(text: str) -> None:
-    with pytest.raises(SignatureInvalidError, match=r"env\.json is not a DSSE envelope"):
+    with pytest.raises(SignatureInvalidError, match=r"env\.json is not a DSSE envelope \(\w"):
         Envelope.from_json(text, "env.json")
+
+
+def test_deep_envelope_is_refused_without_recursion() -> None:
+    with pytest.raises(InputTooDeepError):
+        Envelope.from_json("[" * 100000, "env.json")
 
 
 def test_keys_are_checked(tmp_path: Path) -> None:
