@@ -29,7 +29,7 @@ from envbuilder.bundle.pipeline import MANIFEST
 from envbuilder.bundle.plan import export_requirements
 from envbuilder.errors import BundleInvalidError, BundlePartMissingError, InvalidOptionError, OfflineInstallError
 from envbuilder.host.torchprobe import probe_torch
-from envbuilder.kernels import read_wheelhouse
+from envbuilder.kernels import WHEELHOUSE_RECORD, read_wheelhouse
 from envbuilder.kernels.files import verify
 from envbuilder.kernels.torchenv import check_host_torch
 from envbuilder.lock.record import read_record
@@ -125,14 +125,10 @@ def _see_host_venv(python: str, venv: Path) -> None:
 
 
 def _wheelhouse_lines(wh: Path, stage2: list[str]) -> tuple[list[str], list[str]]:
-    rec = read_wheelhouse(wh)
-    lines, have = [], set()
-    for pkg in rec.get("packages", []):
-        whl = wh / pkg["wheel"]
-        verify(whl, pkg["sha256"], f"wheelhouse {pkg['wheel']}")
-        lines.append(f"{whl.resolve()} --hash=sha256:{pkg['sha256']}")
-        have.add(pkg["name"])
-    return lines, sorted(set(stage2) - have)
+    house = read_wheelhouse(wh)
+    lines = [f"{whl.resolve()} --hash=sha256:{pkg.sha256}"
+             for pkg, whl in zip(house.packages, house.verified_wheels(wh), strict=True)]
+    return lines, sorted(set(stage2) - set(house.names))
 
 
 def run_install(opts: InstallOptions, progress: Progress = lambda _: None) -> InstallResult:
@@ -169,7 +165,7 @@ def run_install(opts: InstallOptions, progress: Progress = lambda _: None) -> In
         # a prebuilt wheel replaces its sdist: hash-pinned to the wheel the bundle recorded
         reqs += "".join(f"{(tree / 'files' / pb['wheel']).resolve()} --hash=sha256:{pb['sha256']}\n"
                         for pb in prebuilt)
-        wh = opts.wheelhouse or (tree / "wheelhouse" if (tree / "wheelhouse" / "wheelhouse.json").is_file() else None)
+        wh = opts.wheelhouse or (tree / "wheelhouse" if (tree / "wheelhouse" / WHEELHOUSE_RECORD).is_file() else None)
         extra_lines: list[str] = []
         missing = list(stage2)
         if wh is not None and stage2 and not opts.skip_stage2:

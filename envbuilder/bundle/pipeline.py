@@ -27,8 +27,7 @@ from envbuilder.atomic import guard_output_dir, promote_dir, staging_dir, write_
 from envbuilder.bundle.parts import PARTS_INDEX, write_parts
 from envbuilder.bundle.plan import LOCK_FILES, PlannedFile, plan_files
 from envbuilder.bundle.prebuild import Prebuilt, prebuild
-from envbuilder.errors import InvalidOptionError
-from envbuilder.kernels import read_wheelhouse
+from envbuilder.kernels import WHEELHOUSE_RECORD, read_wheelhouse
 from envbuilder.kernels.files import cache_root, fetch, link_or_copy, verify
 from envbuilder.lock.record import read_record, sha256_file
 
@@ -122,10 +121,8 @@ def make_bundle(opts: BundleOptions, progress: Progress = lambda _: None) -> Bun
     wh_record = None
     if opts.wheelhouse is not None:
         wh_record = read_wheelhouse(opts.wheelhouse)
-        if wh_record.get("lock_sha256") != record.lock_sha256:
-            raise InvalidOptionError(
-                f"--wheelhouse {opts.wheelhouse} was built for lock {str(wh_record.get('lock_sha256'))[:12]}, "
-                f"not {record.lock_sha256[:12]}", f"rebuild it: envbuilder wheels {lockdir} -o {opts.wheelhouse}")
+        wh_record.require_lock(record.lock_sha256, opts.wheelhouse,
+                               f"rebuild it: envbuilder wheels {lockdir} -o {opts.wheelhouse}")
     progress(f"planning the files lock {record.lock_sha256[:12]} installs on Python {python}, glibc {glibc}")
     planned = plan_files(lockdir, python, glibc, stage2)
     cache = cache_root(opts.cache_dir)
@@ -147,11 +144,9 @@ def make_bundle(opts: BundleOptions, progress: Progress = lambda _: None) -> Bun
         for pb in prebuilt:
             link_or_copy(pb.wheel, tree / "files" / pb.wheel.name)
         if opts.wheelhouse is not None and wh_record is not None:
-            for pkg in wh_record.get("packages", []):
-                whl = Path(opts.wheelhouse) / pkg["wheel"]
-                verify(whl, pkg["sha256"], f"wheelhouse {pkg['wheel']}")
-                link_or_copy(whl, tree / "wheelhouse" / pkg["wheel"])
-            link_or_copy(Path(opts.wheelhouse) / "wheelhouse.json", tree / "wheelhouse" / "wheelhouse.json")
+            for whl in wh_record.verified_wheels(opts.wheelhouse):
+                link_or_copy(whl, tree / "wheelhouse" / whl.name)
+            link_or_copy(Path(opts.wheelhouse) / WHEELHOUSE_RECORD, tree / "wheelhouse" / WHEELHOUSE_RECORD)
         for f in sorted(p for p in tree.rglob("*") if p.is_file()):
             rel = f.relative_to(tree).as_posix()
             entries[rel] = {"sha256": sha256_file(f), "size": f.stat().st_size}
@@ -159,8 +154,8 @@ def make_bundle(opts: BundleOptions, progress: Progress = lambda _: None) -> Bun
             "schema": SCHEMA, "lock_sha256": record.lock_sha256, "row": record.row,
             "mode": record.mode, "python": python, "glibc": glibc, "stage2_packages": stage2,
             "host_torch": record.host.get("torch"),
-            "wheelhouse": ({"arch_list": wh_record.get("arch_list"), "torch": wh_record.get("torch"),
-                            "wheels": [p["wheel"] for p in wh_record.get("packages", [])]} if wh_record else None),
+            "wheelhouse": ({"arch_list": wh_record.arch_list, "torch": wh_record.torch.to_dict(),
+                            "wheels": [p.wheel for p in wh_record.packages]} if wh_record else None),
             "packages": [{"name": p.package, "version": p.version, "kind": p.kind, "file": p.file.filename}
                          for p in planned],
             # stage-1 sdists built into pure wheels here (offline they would need their build backends)

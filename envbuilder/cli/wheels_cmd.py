@@ -47,7 +47,7 @@ def wheels(lock: Path, output: Path, arch_list: str | None, jobs: int | None, pa
                          packages=list(packages), sdist_dir=sdist_dir, parallel=parallel)
     result = run_wheels(opts, load_matrix(), progress=console.print)
     for p in result.packages:
-        console.print(f"[green]{p.cache}[/green] {p.wheel} ({p.seconds:.1f}s, archs: {p.arch_check})")
+        console.print(f"[green]{p.cache}[/green] {p.record.wheel} ({p.seconds:.1f}s, archs: {p.record.arch_check})")
     console.print(f"wrote {output}: {len(result.packages)} wheel(s) in {result.seconds:.1f}s")
     if as_json:
         emit_json(result.to_dict(), timings=timings)

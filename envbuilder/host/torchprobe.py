@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from envbuilder.errors import BuildTorchError
+from envbuilder.jsonread import Fields
 
 #: packages a host-torch lock never installs when the interpreter has them (torch brings them along)
 HOST_KEEP_CANDIDATES = ("torch", "torchvision", "torchaudio", "triton", "pytorch-triton")
@@ -43,6 +44,27 @@ print(json.dumps(out))
 
 
 @dataclass(frozen=True)
+class RecordedTorch:
+    """The deterministic facts of a torch that decide binary compatibility, as records keep them: the lock
+    record's `host.torch` (--mode host-torch) and wheelhouse.json's `torch`."""
+
+    version: str | None    # "2.11.0+cu130"
+    cuda: str | None
+    cxx11abi: bool | None
+    python: str | None
+    kept: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": self.version, "cuda": self.cuda, "cxx11abi": self.cxx11abi, "python": self.python,
+                "kept": list(self.kept)}
+
+    @classmethod
+    def from_fields(cls, f: Fields) -> RecordedTorch:
+        return cls(f.string("version", None), f.string("cuda", None), f.boolean("cxx11abi", None),
+                   f.string("python", None), tuple(f.strings("kept", [])))
+
+
+@dataclass(frozen=True)
 class HostTorch:
     interpreter: str
     python: str            # "3.12"
@@ -57,10 +79,12 @@ class HostTorch:
     def public_version(self) -> str:
         return self.torch.split("+", 1)[0]
 
+    def recorded(self) -> RecordedTorch:
+        """Deterministic facts only (no interpreter path): what a lock record and a wheelhouse keep."""
+        return RecordedTorch(self.torch, self.cuda, self.cxx11abi, self.python, self.present)
+
     def to_dict(self) -> dict[str, Any]:
-        """Deterministic facts only (no interpreter path): what a lock record keeps."""
-        return {"version": self.torch, "cuda": self.cuda, "cxx11abi": self.cxx11abi, "python": self.python,
-                "kept": list(self.present)}
+        return self.recorded().to_dict()
 
 
 def probe_code() -> str:

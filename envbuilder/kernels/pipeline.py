@@ -27,9 +27,10 @@ from envbuilder.errors import ArchMismatchError, InvalidOptionError, LockDirErro
 from envbuilder.kernels import cache as wcache
 from envbuilder.kernels.archs import ArchList, ObjectArchs, check_archs, find_cuobjdump, object_archs
 from envbuilder.kernels.build import run_build
+from envbuilder.kernels.cache import BuildKey
 from envbuilder.kernels.files import cache_root, fetch, link_or_copy
 from envbuilder.kernels.lockfiles import LockedFiles, by_name, read_locked_files
-from envbuilder.kernels.packages import arch_knobs, default_jobs
+from envbuilder.kernels.packages import ArchKnobs, arch_knobs, default_jobs
 from envbuilder.kernels.patch import GencodePatch, patch_sdist_tree
 from envbuilder.kernels.toolkit import Toolkit, toolkit_for
 from envbuilder.kernels.torchenv import (
@@ -40,14 +41,13 @@ from envbuilder.kernels.torchenv import (
     sync_stage1_venv,
 )
 from envbuilder.kernels.wheelfile import add_local_version, local_tag
+from envbuilder.kernels.wheelhouse import WHEELHOUSE_RECORD, Wheelhouse, WheelRecord, read_wheelhouse
 from envbuilder.lock.kernel_sources import require_cuda_sources
 from envbuilder.lock.record import LockRecord, read_record
 from envbuilder.lock.sdist import read_sdist
 from envbuilder.matrix.model import Matrix
 
 Progress = Callable[[str], None]
-WHEELHOUSE_RECORD = "wheelhouse.json"
-SCHEMA = 1
 # A100, A10/RTX 30xx, L40/RTX 40xx, H100/H200 (the image build's default too)
 DEFAULT_ARCH_LIST = "8.0;8.6;8.9;9.0"
 #: wheels that keep their upstream version (no +cu130torch2.11... tag): a sibling package checks it exactly
@@ -73,52 +73,40 @@ class WheelsOptions:
 
 @dataclass
 class PackageReport:
-    name: str
-    version: str
-    wheel: str
-    sha256: str
+    """One package of a `wheels` run: its wheelhouse record and how this run got it (cache, jobs, timings)."""
+
+    record: WheelRecord
     cache: str                  # hit | miss
-    cache_key: str
-    sdist_sha256: str
-    cuda_sources: int
-    arch_env: dict[str, str]
-    arch_check: str             # ok | skipped: <why>
-    archs: list[ObjectArchs]
-    patch: GencodePatch | None
     jobs: int
     seconds: float
     compile_seconds: float | None = None
     peak_rss_mb: float | None = None
 
-    def record(self) -> dict[str, Any]:
-        """What wheelhouse.json keeps: deterministic (no timings)."""
-        return {"name": self.name, "version": self.version, "wheel": self.wheel, "sha256": self.sha256,
-                "cache_key": self.cache_key, "sdist_sha256": self.sdist_sha256, "cuda_sources": self.cuda_sources,
-                "arch_env": self.arch_env, "arch_check": self.arch_check,
-                "archs": [o.to_dict() for o in self.archs],
-                "patch": self.patch.to_dict() if self.patch else None}
+    @property
+    def name(self) -> str:
+        return self.record.name
 
     def to_dict(self) -> dict[str, Any]:
         # measurements vary run to run: under "timings", which --json shows only with --timings
         measured = {"seconds": round(self.seconds, 3),
                     "compile_seconds": None if self.compile_seconds is None else round(self.compile_seconds, 3),
                     "peak_rss_mb": None if self.peak_rss_mb is None else round(self.peak_rss_mb, 1)}
-        return {**self.record(), "cache": self.cache, "jobs": self.jobs, "timings": measured}
+        return {**self.record.to_dict(), "cache": self.cache, "jobs": self.jobs, "timings": measured}
 
 
 @dataclass
 class WheelsResult:
     output: Path
-    lock_sha256: str
+    wheelhouse: Wheelhouse
     torch: TorchFacts
     arch_list: ArchList
     packages: list[PackageReport]
     seconds: float
     toolkit: Toolkit | None = None      # the compiler used (host or assembled); not in wheelhouse.json
 
-    def record(self) -> dict[str, Any]:
-        return {"schema": SCHEMA, "lock_sha256": self.lock_sha256, "torch": self.torch.to_dict(),
-                "arch_list": self.arch_list.torch, "packages": [p.record() for p in self.packages]}
+    @property
+    def lock_sha256(self) -> str:
+        return self.wheelhouse.lock_sha256
 
     def to_dict(self) -> dict[str, Any]:
         return {"output": str(self.output), "lock_sha256": self.lock_sha256, "arch_list": self.arch_list.torch,
@@ -126,15 +114,6 @@ class WheelsResult:
                 "packages": [p.to_dict() for p in self.packages],
                 "toolkit": self.toolkit.to_dict() if self.toolkit else None,
                 "seconds": round(self.seconds, 3)}
-
-
-def read_wheelhouse(path: Path) -> dict[str, Any]:
-    rec_path = Path(path) / WHEELHOUSE_RECORD
-    if not rec_path.is_file():
-        raise InvalidOptionError(f"{path} is not a wheelhouse (no {WHEELHOUSE_RECORD})",
-                                 f"make one with: envbuilder wheels LOCKDIR -o {path}")
-    rec: dict[str, Any] = json.loads(rec_path.read_text(encoding="utf-8"))
-    return rec
 
 
 def unpack_sdist(sdist: Path, dest: Path) -> Path:
@@ -177,23 +156,10 @@ def wheelhouse_for_lock(path: Path, lock_sha256: str, torch: str | None) -> tupl
     A wheelhouse of another lock, or one compiled against another torch, is refused: its wheels
     would import with `undefined symbol` errors.
     """
-    from envbuilder.kernels.files import verify
-
-    rec = read_wheelhouse(path)
-    if rec.get("lock_sha256") != lock_sha256:
-        raise InvalidOptionError(f"--wheelhouse {path} was built for lock {str(rec.get('lock_sha256'))[:12]}, "
-                                 f"not {lock_sha256[:12]}", "rebuild it: envbuilder wheels LOCKDIR -o DIR")
-    built_torch = str((rec.get("torch") or {}).get("version") or "")
-    if torch and built_torch.split("+", 1)[0] != torch.split("+", 1)[0]:
-        raise InvalidOptionError(f"--wheelhouse {path} was compiled against torch {built_torch}, the lock installs "
-                                 f"torch {torch}", "rebuild it with --torch-from venv")
-    wheels, names = [], []
-    for pkg in rec.get("packages", []):
-        whl = Path(path) / pkg["wheel"]
-        verify(whl, pkg["sha256"], f"wheelhouse {pkg['wheel']}")
-        wheels.append(whl)
-        names.append(pkg["name"])
-    return wheels, sorted(names)
+    wh = read_wheelhouse(path)
+    wh.require_lock(lock_sha256, path)
+    wh.require_torch(torch, path)
+    return wh.verified_wheels(path), wh.names
 
 
 def _sdist_for(name: str, files: LockedFiles, opts: WheelsOptions, cache: Path, progress: Progress) -> tuple[Path, str]:
@@ -288,111 +254,147 @@ def wheel_archs(wheel: Path, work: Path, cuda_home: Path | None) -> list[ObjectA
     return [object_archs(d / n, tool, d) for n in sorted(names)]
 
 
-def build_one(name: str, files: LockedFiles, record: LockRecord, facts: TorchFacts, archs: ArchList,
-              opts: WheelsOptions, cache: Path, matrix: Matrix | None, out: Path, progress: Progress
-              ) -> PackageReport:
+@dataclass(frozen=True)
+class BuildContext:
+    """What every package of one run is built with."""
+
+    record: LockRecord
+    facts: TorchFacts
+    archs: ArchList
+    opts: WheelsOptions
+    cache: Path
+    matrix: Matrix | None
+    out: Path                   # the staging wheelhouse
+    progress: Progress
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    """One package unpacked and ready: the inputs that decide its wheel (`key`) and how to compile it."""
+
+    name: str
+    version: str
+    work: Path
+    src: Path
+    cuda_sources: int
+    device_code: bool           # .cu files that will be compiled for the arch list
+    skip_var: str | None        # the package's "build without CUDA" variable, when the lock sets it
+    knobs: ArchKnobs
+    patch: GencodePatch | None
+    jobs: int
+    key: BuildKey
+
+    def arch_check_skipped(self) -> str:
+        """Why a wheel without device code has no arch check."""
+        if self.skip_var:
+            return f"skipped: {self.skip_var}=TRUE (built without its CUDA extension)"
+        if self.cuda_sources:
+            return "skipped: no .cu sources, only CUDA headers (host code; no GPU code to check)"
+        return "skipped: the sdist has no CUDA sources (C++ extension only)"
+
+
+def build_one(name: str, files: LockedFiles, ctx: BuildContext) -> PackageReport:
+    """Plan the package, then take its wheel from the cache or compile it. The build directory is kept
+    for inspection when anything fails."""
     t0 = time.monotonic()
-    sdist, sdist_sha = _sdist_for(name, files, opts, cache, progress)
-    work_root = cache / "build"
+    work_root = ctx.cache / "build"
     work_root.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=work_root))
     ok = False
     try:
-        src = unpack_sdist(sdist, work / "src")
-        n_cuda, n_cu = device_sources(name, files.version, sdist)
-        skip_var = _fact_str(matrix, name, "skip_cuda_build_env")
-        stage2_env = {str(k): str(v) for k, v in record.stage2_env.items()}
-        skip_cuda = _bool_env({**os.environ, **stage2_env}, skip_var)
-        device_code = n_cu > 0 and not skip_cuda
-        knobs = arch_knobs(src, archs)
-        try:
-            patch = patch_sdist_tree(src, archs) if (knobs.hardcoded and device_code) else None
-        except ValueError as exc:  # refused before an hour of compiling that the arch check would then reject
-            raise ArchMismatchError(f"{name} {files.version}: setup.py hard-codes its gencodes and {exc}",
-                                    "pass the arch list the package builds by itself (--arch-list), or add this "
-                                    "setup.py shape to envbuilder/kernels/patch.py") from exc
-        if patch:
-            progress(f"  {name}: setup.py hard-codes {len(patch.removed)} gencodes; patched to {archs.torch} "
-                     f"(sha256 {patch.sha256[:12]})")
-        jobs = opts.jobs or default_jobs(name)
-        arch_for_key = archs.torch if device_code else "none"
-        # transformer_engine/common/__init__.py (load_framework_extension) asserts that transformer-engine-torch's
-        # version equals transformer-engine's and the core's, local part included: a local tag breaks the import
-        keep_version = name in EXACT_VERSION_PACKAGES
-        facts_key = {
-            "package": name, "version": files.version, "sdist_sha256": sdist_sha, "torch": facts.torch,
-            "cuda": facts.cuda, "cxx11abi": facts.cxx11abi, "arch_list": arch_for_key, "python": facts.py_tag,
-            "patch": patch.sha256 if patch else None, "stage2_env": dict(sorted(stage2_env.items())),
-            "platform": "linux-x86_64",
-        }
-        if keep_version:
-            facts_key["local_version"] = False
-        key = wcache.cache_key(facts_key)
-        hit = wcache.lookup(cache, key)
-        if hit is not None:
-            link_or_copy(hit.wheel, out / hit.wheel.name)
-            progress(f"{name} {files.version}: cache hit {hit.wheel.name}")
-            ok = True
-            rec = hit.record
-            return PackageReport(name, files.version, hit.wheel.name, rec["sha256"], "hit", key, sdist_sha, n_cuda,
-                                 dict(rec.get("arch_env", {})), str(rec.get("arch_check", "")),
-                                 [ObjectArchs(o["path"], tuple(o["sass"]), tuple(o["ptx"]))
-                                  for o in rec.get("archs", [])],
-                                 patch, jobs, time.monotonic() - t0)
-        progress(f"{name} {files.version}: building against torch {facts.torch} (arch {arch_for_key}, "
-                 f"MAX_JOBS={jobs})")
-        force_var = _fact_str(matrix, name, "force_build_env")
-        env = _build_env(record, opts, facts, knobs.env, force_var, jobs)
-        run = run_build(facts.interpreter, src, work / "dist", env, name, progress)
-        found = wheel_archs(run.wheel, work, opts.cuda_home) if device_code else []
-        if device_code:
-            check_archs(name, archs, found)
-            arch_check = "ok"
-        elif skip_cuda:
-            arch_check = f"skipped: {skip_var}=TRUE (built without its CUDA extension)"
-        elif n_cuda:
-            arch_check = "skipped: no .cu sources, only CUDA headers (host code; no GPU code to check)"
-        else:
-            arch_check = "skipped: the sdist has no CUDA sources (C++ extension only)"
-        if keep_version:
-            named = run.wheel  # the ABI it was built for is in wheelhouse.json and the cache key
-        else:
-            tag = local_tag(facts.cuda, facts.torch, facts.cxx11abi, archs.tag if device_code else "")
-            named = add_local_version(run.wheel, tag, work / "named")
-        entry = wcache.store(cache, key, named, {"package": name, "version": files.version, "facts": facts_key,
-                                                 "arch_env": knobs.env, "arch_check": arch_check,
-                                                 "archs": [o.to_dict() for o in found],
-                                                 "patch": patch.to_dict() if patch else None,
-                                                 "compile_seconds": round(run.seconds, 1),
-                                                 "peak_rss_mb": round(run.peak_rss_mb, 1)})
-        link_or_copy(entry.wheel, out / entry.wheel.name)
-        progress(f"{name}: built {entry.wheel.name} in {run.seconds:.1f}s (peak RSS {run.peak_rss_mb:.0f} MB)"
-                 + (f", archs {', '.join(sorted({a for o in found for a in o.sass}))}" if found else ""))
+        plan = plan_build(name, files, ctx, work)
+        report = reuse_cached(plan, ctx) or compile_package(plan, ctx)
+        report.seconds = time.monotonic() - t0
         ok = True
-        return PackageReport(name, files.version, entry.wheel.name, entry.record["sha256"], "miss", key, sdist_sha,
-                             n_cuda, knobs.env, arch_check, found, patch, jobs, time.monotonic() - t0,
-                             run.seconds, run.peak_rss_mb)
+        return report
     finally:
         if ok:
             shutil.rmtree(work, ignore_errors=True)
         else:
-            progress(f"  {name}: build directory kept for inspection: {work}")
+            ctx.progress(f"  {name}: build directory kept for inspection: {work}")
 
 
-def _build_all(to_build: list[tuple[str, LockedFiles]], record: LockRecord, facts: TorchFacts, archs: ArchList,
-               opts: WheelsOptions, cache: Path, matrix: Matrix | None, out: Path, progress: Progress
-               ) -> list[PackageReport]:
+def plan_build(name: str, files: LockedFiles, ctx: BuildContext, work: Path) -> BuildPlan:
+    """Fetch and unpack the sdist, count its CUDA sources, set its arch knobs (or patch literal gencodes),
+    and work out the cache key."""
+    sdist, sdist_sha = _sdist_for(name, files, ctx.opts, ctx.cache, ctx.progress)
+    src = unpack_sdist(sdist, work / "src")
+    n_cuda, n_cu = device_sources(name, files.version, sdist)
+    skip_var = _fact_str(ctx.matrix, name, "skip_cuda_build_env")
+    stage2_env = {str(k): str(v) for k, v in ctx.record.stage2_env.items()}
+    skip_cuda = _bool_env({**os.environ, **stage2_env}, skip_var)
+    device_code = n_cu > 0 and not skip_cuda
+    knobs = arch_knobs(src, ctx.archs)
+    try:
+        patch = patch_sdist_tree(src, ctx.archs) if (knobs.hardcoded and device_code) else None
+    except ValueError as exc:  # refused before an hour of compiling that the arch check would then reject
+        raise ArchMismatchError(f"{name} {files.version}: setup.py hard-codes its gencodes and {exc}",
+                                "pass the arch list the package builds by itself (--arch-list), or add this "
+                                "setup.py shape to envbuilder/kernels/patch.py") from exc
+    if patch:
+        ctx.progress(f"  {name}: setup.py hard-codes {len(patch.removed)} gencodes; patched to {ctx.archs.torch} "
+                     f"(sha256 {patch.sha256[:12]})")
+    facts = ctx.facts
+    key = BuildKey(
+        package=name, version=files.version, sdist_sha256=sdist_sha, torch=facts.torch, cuda=facts.cuda,
+        cxx11abi=facts.cxx11abi, arch_list=ctx.archs.torch if device_code else "none", python=facts.py_tag,
+        patch=patch.sha256 if patch else None, stage2_env=stage2_env,
+        # transformer_engine/common/__init__.py (load_framework_extension) asserts that transformer-engine-torch's
+        # version equals transformer-engine's and the core's, local part included: a local tag breaks the import
+        keep_version=name in EXACT_VERSION_PACKAGES)
+    return BuildPlan(name, files.version, work, src, n_cuda, device_code, skip_var if skip_cuda else None, knobs,
+                     patch, ctx.opts.jobs or default_jobs(name), key)
+
+
+def reuse_cached(plan: BuildPlan, ctx: BuildContext) -> PackageReport | None:
+    """The package's wheel from the cache, when an entry for its key is there and whole."""
+    hit = wcache.lookup(ctx.cache, plan.key.key)
+    if hit is None:
+        return None
+    link_or_copy(hit.wheel, ctx.out / hit.wheel.name)
+    ctx.progress(f"{plan.name} {plan.version}: cache hit {hit.wheel.name}")
+    return PackageReport(hit.record.wheel_record(plan.cuda_sources), "hit", plan.jobs, 0.0)
+
+
+def compile_package(plan: BuildPlan, ctx: BuildContext) -> PackageReport:
+    """Compile against the chosen torch, check the archs of every .so, name the ABI, and cache the wheel."""
+    ctx.progress(f"{plan.name} {plan.version}: building against torch {ctx.facts.torch} "
+                 f"(arch {plan.key.arch_list}, MAX_JOBS={plan.jobs})")
+    force_var = _fact_str(ctx.matrix, plan.name, "force_build_env")
+    env = _build_env(ctx.record, ctx.opts, ctx.facts, plan.knobs.env, force_var, plan.jobs)
+    run = run_build(ctx.facts.interpreter, plan.src, plan.work / "dist", env, plan.name, ctx.progress)
+    found = wheel_archs(run.wheel, plan.work, ctx.opts.cuda_home) if plan.device_code else []
+    if plan.device_code:
+        check_archs(plan.name, ctx.archs, found)
+    if plan.key.keep_version:
+        named = run.wheel  # the ABI it was built for is in wheelhouse.json and the cache key
+    else:
+        facts = ctx.facts
+        tag = local_tag(facts.cuda, facts.torch, facts.cxx11abi, ctx.archs.tag if plan.device_code else "")
+        named = add_local_version(run.wheel, tag, plan.work / "named")
+    built = wcache.CachedWheel(plan.key.key, plan.key, named.name, "", plan.knobs.env,
+                               "ok" if plan.device_code else plan.arch_check_skipped(), tuple(found), plan.patch,
+                               round(run.seconds, 1), round(run.peak_rss_mb, 1))
+    entry = wcache.store(ctx.cache, named, built)
+    link_or_copy(entry.wheel, ctx.out / entry.wheel.name)
+    ctx.progress(f"{plan.name}: built {entry.wheel.name} in {run.seconds:.1f}s (peak RSS {run.peak_rss_mb:.0f} MB)"
+                 + (f", archs {', '.join(sorted({a for o in found for a in o.sass}))}" if found else ""))
+    return PackageReport(entry.record.wheel_record(plan.cuda_sources), "miss", plan.jobs, 0.0, run.seconds,
+                         run.peak_rss_mb)
+
+
+def _build_all(to_build: list[tuple[str, LockedFiles]], ctx: BuildContext) -> list[PackageReport]:
     """Every package, `opts.parallel` at a time. Parallel builds split the default MAX_JOBS among them: one
     package's compile is often a single long nvcc (causal-conv1d's backward kernel), so running packages side
     by side is what shortens the whole. Reports keep the lock's order; the first failure is raised after the
     builds already running have finished (their wheels stay cached)."""
-    width = max(1, min(opts.parallel, len(to_build)))
+    width = max(1, min(ctx.opts.parallel, len(to_build)))
     if width == 1:
-        return [build_one(n, f, record, facts, archs, opts, cache, matrix, out, progress) for n, f in to_build]
+        return [build_one(n, f, ctx) for n, f in to_build]
 
     def one(name: str, files: LockedFiles) -> PackageReport:
-        own = replace(opts, jobs=opts.jobs or max(1, default_jobs(name) // width))
-        return build_one(name, files, record, facts, archs, own, cache, matrix, out, progress)
+        own = replace(ctx.opts, jobs=ctx.opts.jobs or max(1, default_jobs(name) // width))
+        return build_one(name, files, replace(ctx, opts=own))
 
     with ThreadPoolExecutor(max_workers=width, thread_name_prefix="envbuilder-wheels") as pool:
         futures = [pool.submit(one, n, f) for n, f in to_build]
@@ -405,27 +407,9 @@ def run_wheels(opts: WheelsOptions, matrix: Matrix | None, progress: Progress = 
     lockdir = Path(opts.lockdir)
     record = read_record(lockdir)
     out = guard_output_dir(Path(opts.output), lambda d: (d / WHEELHOUSE_RECORD).is_file(), "an envbuilder wheelhouse")
-    stage2 = list(record.stage2_packages)
-    if opts.packages:
-        unknown = sorted(set(opts.packages) - set(stage2))
-        if unknown:
-            raise InvalidOptionError(f"--package {', '.join(unknown)}: not a stage-2 package of this lock "
-                                     f"({', '.join(stage2) or 'none'})", "name stage-2 packages only")
-        stage2 = [p for p in stage2 if p in opts.packages]
     cache = cache_root(opts.cache_dir)
-    spec = opts.arch_list or (str(record.host.get("sm") or "") or DEFAULT_ARCH_LIST)
-    archs = ArchList.parse(spec)
-    locked = by_name(read_locked_files(lockdir / "uv.lock"))
-    to_build = []
-    for name in stage2:
-        files = locked.get(name)
-        if files is None:
-            raise LockDirError(f"{name} is a stage-2 package of the record but not in uv.lock",
-                               "re-run envbuilder lock")
-        if files.sdist is None and files.wheels:
-            progress(f"{name} {files.version}: a wheel on the index, nothing to build")
-            continue
-        to_build.append((name, files))
+    archs = ArchList.parse(opts.arch_list or (str(record.host.get("sm") or "") or DEFAULT_ARCH_LIST))
+    to_build = _packages_to_build(lockdir, record, opts.packages, progress)
     facts = _choose_torch(opts, lockdir, record, cache, progress, [n for n, _ in to_build])
     toolkit = None
     if to_build and matrix is not None:
@@ -437,12 +421,34 @@ def run_wheels(opts: WheelsOptions, matrix: Matrix | None, progress: Progress = 
              f"cxx11abi {facts.cxx11abi}, Python {facts.python}; arch list {archs.torch}")
     if to_build:
         require_build_modules(facts, [n for n, _ in to_build])
-    reports: list[PackageReport] = []
     out.parent.mkdir(parents=True, exist_ok=True)
     with staging_dir(out) as staging:
-        reports = _build_all(to_build, record, facts, archs, opts, cache, matrix, staging, progress)
-        result = WheelsResult(out, record.lock_sha256, facts, archs, reports, time.monotonic() - t0, toolkit)
-        write_atomic(staging / WHEELHOUSE_RECORD, json.dumps(result.record(), indent=2, sort_keys=True) + "\n")
+        reports = _build_all(to_build, BuildContext(record, facts, archs, opts, cache, matrix, staging, progress))
+        wheelhouse = Wheelhouse(record.lock_sha256, facts.recorded(), archs.torch, tuple(r.record for r in reports))
+        write_atomic(staging / WHEELHOUSE_RECORD, wheelhouse.to_json())
         promote_dir(staging, out)
-    result.seconds = time.monotonic() - t0
-    return result
+    return WheelsResult(out, wheelhouse, facts, archs, reports, time.monotonic() - t0, toolkit)
+
+
+def _packages_to_build(lockdir: Path, record: LockRecord, subset: list[str], progress: Progress
+                       ) -> list[tuple[str, LockedFiles]]:
+    """The lock's stage-2 packages (or the --package subset) that uv.lock names as sdists."""
+    stage2 = list(record.stage2_packages)
+    if subset:
+        unknown = sorted(set(subset) - set(stage2))
+        if unknown:
+            raise InvalidOptionError(f"--package {', '.join(unknown)}: not a stage-2 package of this lock "
+                                     f"({', '.join(stage2) or 'none'})", "name stage-2 packages only")
+        stage2 = [p for p in stage2 if p in subset]
+    locked = by_name(read_locked_files(lockdir / "uv.lock"))
+    to_build = []
+    for name in stage2:
+        files = locked.get(name)
+        if files is None:
+            raise LockDirError(f"{name} is a stage-2 package of the record but not in uv.lock",
+                               "re-run envbuilder lock")
+        if files.sdist is None and files.wheels:
+            progress(f"{name} {files.version}: a wheel on the index, nothing to build")
+            continue
+        to_build.append((name, files))
+    return to_build

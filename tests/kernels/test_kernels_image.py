@@ -35,8 +35,12 @@ def _wheelhouse(tmp: Path, lock: str = "a" * 64, torch: str = "2.13.0+cpu") -> P
     tmp.mkdir(parents=True, exist_ok=True)
     whl = tmp / "demo-1.0+cputorch2.13cxx11abiTRUE-py3-none-any.whl"
     whl.write_bytes(b"PK\x05\x06" + b"\0" * 18)  # an empty zip
-    rec = {"schema": 1, "lock_sha256": lock, "torch": {"version": torch}, "arch_list": "9.0",
-           "packages": [{"name": "demo", "wheel": whl.name, "sha256": sha256_file(whl)}]}
+    rec = {"schema": 1, "lock_sha256": lock, "torch": {"version": torch, "cuda": None, "cxx11abi": True,
+                                                       "python": "3.12", "kept": []}, "arch_list": "9.0",
+           "packages": [{"name": "demo", "version": "1.0", "wheel": whl.name, "sha256": sha256_file(whl),
+                         "cache_key": "c" * 64, "sdist_sha256": "d" * 64, "cuda_sources": 0, "arch_env": {},
+                         "arch_check": "skipped: the sdist has no CUDA sources (C++ extension only)",
+                         "archs": [], "patch": None}]}
     (tmp / "wheelhouse.json").write_text(json.dumps(rec))
     return tmp
 

@@ -229,12 +229,11 @@ def test_parallel_builds_share_the_cores_and_keep_the_order(monkeypatch: pytest.
     running, peak, lock = [0], [0], threading.Lock()
     seen: dict[str, int | None] = {}
 
-    def fake_build(name: str, files: object, record: object, facts: object, archs: object, opts: object,
-                   *rest: object) -> str:
+    def fake_build(name: str, files: object, ctx: pipeline.BuildContext) -> str:
         with lock:
             running[0] += 1
             peak[0] = max(peak[0], running[0])
-        seen[name] = opts.jobs  # type: ignore[attr-defined]
+        seen[name] = ctx.opts.jobs
         _time.sleep({"a": 0.3, "b": 0.1, "c": 0.2}[name])
         with lock:
             running[0] -= 1
@@ -243,10 +242,13 @@ def test_parallel_builds_share_the_cores_and_keep_the_order(monkeypatch: pytest.
     monkeypatch.setattr(pipeline, "build_one", fake_build)
     monkeypatch.setattr(pipeline, "default_jobs", lambda name: 16)
     todo = [("a", None), ("b", None), ("c", None)]
-    opts = pipeline.WheelsOptions(lockdir=Path("."), output=Path("."), parallel=3)
-    got = pipeline._build_all(todo, None, None, None, opts, Path("."), None, Path("."), lambda _: None)  # type: ignore[arg-type]
+    def ctx(parallel: int) -> pipeline.BuildContext:
+        opts = pipeline.WheelsOptions(lockdir=Path("."), output=Path("."), parallel=parallel)
+        return pipeline.BuildContext(None, None, None, opts, Path("."), None, Path("."),  # type: ignore[arg-type]
+                                     lambda _: None)
+
+    got = pipeline._build_all(todo, ctx(3))  # type: ignore[arg-type]
     assert got == ["a", "b", "c"] and peak[0] == 3 and set(seen.values()) == {5}
     running[0] = peak[0] = 0
-    opts = pipeline.WheelsOptions(lockdir=Path("."), output=Path("."), parallel=1)
-    pipeline._build_all(todo, None, None, None, opts, Path("."), None, Path("."), lambda _: None)  # type: ignore[arg-type]
+    pipeline._build_all(todo, ctx(1))  # type: ignore[arg-type]
     assert peak[0] == 1 and set(seen.values()) == {None}  # sequential: build_one picks its own default
