@@ -85,7 +85,7 @@ def _fetch_all(planned: list[PlannedFile], cache: Path, opts: BundleOptions, pro
     return done, downloaded
 
 
-def _prebuild_all(planned: list[PlannedFile], fetched: dict[str, Path], stage2: list[str], python: str,
+def _prebuild_all(planned: list[PlannedFile], fetched: dict[str, Path], stage2: list[str], python: str, glibc: str,
                   cache: Path, opts: BundleOptions, progress: Progress) -> tuple[list[Prebuilt], dict[str, str]]:
     """Pure wheels for the stage-1 sdists (cached by sdist sha256 and Python); the others and why."""
     wheeled = {p.package for p in planned if p.kind == "wheel"}
@@ -95,13 +95,13 @@ def _prebuild_all(planned: list[PlannedFile], fetched: dict[str, Path], stage2: 
     for p in planned:
         if p.kind != "sdist" or p.package in wheeled or canonicalize_name(p.package) in skip:
             continue
-        d = cache / "prebuilt" / f"{p.file.sha256}-py{python}"
+        d = cache / "prebuilt" / f"{p.file.sha256}-py{python}-glibc{glibc}"
         hit = sorted(d.glob("*.whl")) if d.is_dir() else []
         if hit:
             out.append(Prebuilt(p.package, p.version, p.file.filename, p.file.sha256, hit[0], sha256_file(hit[0])))
             continue
         got = prebuild(p.package, p.version, fetched[p.file.filename], p.file.sha256, python, d, opts.ca_bundle,
-                       progress)
+                       progress, glibc)
         if isinstance(got, Prebuilt):
             out.append(got)
         else:
@@ -127,7 +127,7 @@ def make_bundle(opts: BundleOptions, progress: Progress = lambda _: None) -> Bun
     planned = plan_files(lockdir, python, glibc, stage2)
     cache = cache_root(opts.cache_dir)
     fetched, downloaded = _fetch_all(planned, cache, opts, progress)
-    prebuilt, source_only = _prebuild_all(planned, fetched, stage2, python, cache, opts, progress)
+    prebuilt, source_only = _prebuild_all(planned, fetched, stage2, python, glibc, cache, opts, progress)
     out.parent.mkdir(parents=True, exist_ok=True)
     with staging_dir(out) as staging:
         tree = staging / "tree" if opts.split else staging

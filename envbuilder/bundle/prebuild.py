@@ -4,12 +4,15 @@ A NeMo row installs a dozen packages that PyPI has only as sdists (antlr4-python
 rouge-score, ...). Offline, each would be built in an isolated environment whose build backend
 (setuptools, hatchling, ...) the bundle would have to carry too. So the bundle builds them here with
 `uv build --wheel` (isolated, online) for the target Python and carries the wheel, recording which
-sdist (by sha256) it came from. Only `py3-none-any` results are kept: a compiled wheel built on this
-machine is tied to this machine's glibc, so those stay sdists and the bundle says so.
+sdist (by sha256) it came from. A `py3-none-any` result is always kept. A compiled one needs this machine's
+glibc or newer, so it is kept only when the target's glibc is at least this machine's (megatron-core 0.12 has no
+cp312 wheel, pesq and texterrors none at all: offline each would need a compiler, Python headers and its build
+backend on the target); otherwise the sdist travels and the bundle says so.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import tempfile
 from collections.abc import Callable
@@ -39,8 +42,26 @@ class Prebuilt:
                 "sdist_sha256": self.sdist_sha256, "wheel": self.wheel.name, "sha256": self.sha256}
 
 
+def host_glibc() -> tuple[int, ...] | None:
+    """This machine's glibc version, None where there is none (musl)."""
+    try:
+        found = os.confstr("CS_GNU_LIBC_VERSION") or ""
+    except (ValueError, OSError):
+        return None
+    name, _, version = found.partition(" ")
+    return tuple(int(x) for x in version.split(".")) if name == "glibc" and version else None
+
+
+def runs_on(target_glibc: str | None) -> bool:
+    """Whether a wheel compiled here loads on the target: its glibc is at least this machine's."""
+    here = host_glibc()
+    if here is None or not target_glibc:
+        return False
+    return tuple(int(x) for x in target_glibc.split(".")) >= here
+
+
 def prebuild(package: str, version: str, sdist: Path, sdist_sha256: str, python: str, out: Path,
-             ca_bundle: Path | None, progress: Progress) -> Prebuilt | str:
+             ca_bundle: Path | None, progress: Progress, target_glibc: str | None = None) -> Prebuilt | str:
     """A pure wheel built from `sdist`, or the reason there is none (the sdist then travels as is)."""
     env = uv_env(ca_bundle)
     # a concrete interpreter when one is installed: "3.12" alone makes uv look for a managed Python (a
@@ -56,8 +77,11 @@ def prebuild(package: str, version: str, sdist: Path, sdist_sha256: str, python:
         if len(wheels) != 1:
             return f"uv build made {len(wheels)} wheels"
         tags = parse_wheel_filename(wheels[0].name)[3]
-        if not all(t.abi == "none" and t.platform == "any" for t in tags):
-            return f"compiled ({wheels[0].name}): a wheel built here would be tied to this machine's glibc"
+        pure = all(t.abi == "none" and t.platform == "any" for t in tags)
+        if not pure and not runs_on(target_glibc):
+            here = ".".join(map(str, host_glibc() or ())) or "unknown"
+            return (f"compiled ({wheels[0].name}): built here it needs glibc {here}, newer than the target's "
+                    f"{target_glibc or 'unknown'}")
         out.mkdir(parents=True, exist_ok=True)
         dest = out / wheels[0].name
         dest.write_bytes(wheels[0].read_bytes())
