@@ -14,7 +14,7 @@ tests/test_errors.py checks that this table, the sections and the classes agree:
     70       internal error (a bug)
     71-79    reliability: output directories, concurrency, disk, files
     80-89    matrix data, refresh, prebuilt wheels
-    90-99    nightly: signing, report, regression gate
+    90-99    nightly: signing, report, regression gate, audit
     100-109  runtimes and artifact checks
     110-119  caches, performance paths, lock --all
     120-129  schemas and input limits
@@ -450,7 +450,7 @@ class MatrixBehindError(EnvbuilderError):
     kind = "matrix-behind"
 
 
-# --- 90-99: nightly: signing, report, regression gate ------------------------
+# --- 90-99: nightly: signing, report, regression gate, audit -----------------
 
 
 class SigningKeyError(EnvbuilderError):
@@ -507,6 +507,20 @@ class NightlyRowsFailedError(EnvbuilderError):
 
     exit_code = 96
     kind = "nightly-rows-failed"
+
+
+class VulnerabilitiesFoundError(EnvbuilderError):
+    """audit: at least one locked package has a known vulnerability at or above the --fail-on severity."""
+
+    exit_code = 98
+    kind = "vulnerabilities-found"
+
+
+class AuditDatabaseError(EnvbuilderError):
+    """audit: the OSV database (--db file, the OSV service's answer, or an audit report) is unreadable or malformed."""
+
+    exit_code = 99
+    kind = "audit-database"
 
 
 # --- 100-109: runtimes and artifact checks ----------------------------------

@@ -27,6 +27,7 @@ LAYERS: dict[str, float] = {
     "image": 8,
     "bundle": 7,
     "kernels": 6,
+    "audit": 5.5,  # reads a lock directory; image's SBOM, report and nightly carry its findings
     "lock": 5,
     "render": 4,
     "resolve": 3,

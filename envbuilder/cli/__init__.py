@@ -39,6 +39,7 @@ COMMANDS: dict[str, str] = {
     "keygen": "envbuilder.cli.keygen_cmd:keygen",
     "report": "envbuilder.cli.report_cmd:report",
     "sbom": "envbuilder.cli.sbom_cmd:sbom",
+    "audit": "envbuilder.cli.audit_cmd:audit",
     "nightly": "envbuilder.cli.nightly_cmd:nightly",
     "wheels": "envbuilder.cli.wheels_cmd:wheels",
     "bundle": "envbuilder.cli.bundle_cmd:bundle",

@@ -1,0 +1,92 @@
+"""Offline OSV databases: every accepted layout gives the same answer; a malformed one is refused, typed."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envbuilder.audit import database
+from envbuilder.audit.database import OfflineDatabase
+from envbuilder.errors import AuditDatabaseError
+
+Rec = Callable[[str], dict[str, Any]]
+IDS = ("PYSEC-2026-1996", "GHSA-38jv-5279-wg99", "PYSEC-2023-192", "PYSEC-2026-1806", "PYSEC-2025-74")
+
+
+def _ids(db: OfflineDatabase, name: str) -> list[str]:
+    return [a.id for a in db.lookup([(name, "0")], lambda _m: None).by_package[name]]
+
+
+def test_zip_directory_jsonl_and_json_layouts_agree(tmp_path: Path, record: Rec) -> None:
+    recs = [record(i) for i in IDS]
+    folder = tmp_path / "dir" / "PyPI"
+    folder.mkdir(parents=True)
+    for r in recs:
+        (folder / f"{r['id']}.json").write_text(json.dumps(r), encoding="utf-8")
+    (tmp_path / "db.jsonl").write_text("".join(json.dumps(r) + "\n\n" for r in recs), encoding="utf-8")
+    (tmp_path / "db.json").write_text(json.dumps(recs), encoding="utf-8")
+    with zipfile.ZipFile(tmp_path / "db.zip", "w") as zf:
+        for r in recs:
+            zf.writestr(f"{r['id']}.json", json.dumps(r))
+    dbs = [OfflineDatabase.open(p) for p in (tmp_path / "dir", tmp_path / "db.jsonl", tmp_path / "db.json",
+                                             tmp_path / "db.zip")]
+    assert [d.format for d in dbs] == ["directory", "jsonl", "json", "zip"]
+    for d in dbs:
+        assert d.records == 5
+        assert d.describe()["withdrawn"] == 1  # PYSEC-2025-74 is withdrawn: never a finding
+        assert _ids(d, "urllib3") == ["GHSA-38jv-5279-wg99", "PYSEC-2023-192", "PYSEC-2026-1996"]
+        assert _ids(d, "jinja2") == []
+        assert d.describe()["newest_modified"] == max(r["modified"] for r in recs)
+    assert len({d.sha256 for d in dbs}) == 4  # each names its own bytes
+
+
+def test_the_committed_database(osv_db: Path) -> None:
+    db = OfflineDatabase.open(osv_db)
+    desc = db.describe()
+    assert desc["format"] == "zip" and desc["records"] == 645 and len(desc["sha256"]) == 64
+
+
+@pytest.mark.parametrize(("name", "content", "cause"), [
+    ("bad.json", "{not json", "not valid JSON"),
+    ("nan.json", '{"id": "X", "modified": NaN}', "not valid JSON"),
+    ("deep.json", "[" * 100 + "]" * 100, "nested"),
+    ("noid.json", '{"summary": "x"}', "'id'"),
+    ("empty.jsonl", "\n\n", "holds no OSV records"),
+    ("list.jsonl", '[{"id": "X"}]\n', "not a JSON object"),
+    ("db.txt", '{"id": "X"}', "not a zip, a .jsonl or a .json"),
+])
+def test_malformed_databases_are_refused(tmp_path: Path, name: str, content: str, cause: str) -> None:
+    p = tmp_path / name
+    p.write_text(content, encoding="utf-8")
+    with pytest.raises(AuditDatabaseError) as exc:
+        OfflineDatabase.open(p)
+    assert cause in exc.value.cause and exc.value.exit_code == 99
+    assert "osv-vulnerabilities.storage.googleapis.com" in str(exc.value.fix)
+
+
+def test_a_broken_zip_and_oversized_members_are_refused(tmp_path: Path, record: Rec,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    broken = tmp_path / "broken.zip"
+    broken.write_bytes(b"PK\x03\x04" + b"\0" * 40)
+    with pytest.raises(AuditDatabaseError, match="not a readable zip"):
+        OfflineDatabase.open(broken)
+    ok = tmp_path / "ok.zip"
+    with zipfile.ZipFile(ok, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("PYSEC-2026-1996.json", json.dumps(record("PYSEC-2026-1996")))
+    monkeypatch.setattr(database, "MAX_RECORD_BYTES", 1000)
+    with pytest.raises(AuditDatabaseError, match="larger than"):
+        OfflineDatabase.open(ok)
+    monkeypatch.setattr(database, "MAX_RECORD_BYTES", 16 << 20)
+    monkeypatch.setattr(database, "MAX_ZIP_BYTES", 100)
+    with pytest.raises(AuditDatabaseError, match="unpacks to more than"):
+        OfflineDatabase.open(ok)
+
+
+def test_a_missing_database(tmp_path: Path) -> None:
+    with pytest.raises(AuditDatabaseError, match="does not exist"):
+        OfflineDatabase.open(tmp_path / "nope.zip")
