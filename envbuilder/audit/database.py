@@ -34,7 +34,8 @@ from packaging.utils import canonicalize_name
 
 from envbuilder import __version__
 from envbuilder.audit.osv import ECOSYSTEM, Advisory, RecordError, parse_advisory
-from envbuilder.errors import AuditDatabaseError, NetworkError
+from envbuilder.errors import AuditDatabaseError, NetworkError, os_error
+from envbuilder.jsonread import loads_json, read_bytes, too_large
 
 Progress = Callable[[str], None]
 
@@ -56,27 +57,11 @@ _DB_FIX = (f"pass an OSV database: a zip such as {OSV_EXPORT_URL}, a directory o
            "or a .jsonl file of them")
 
 
-def parse_json(raw: bytes | str, where: str, fix: str) -> Any:
-    """JSON text as data; AuditDatabaseError for bad text, NaN/Infinity or nesting deeper than MAX_DEPTH."""
-    def no_constants(name: str) -> Any:
-        raise ValueError(f"{name} is not JSON")
-
-    try:
-        data = json.loads(raw, parse_constant=no_constants)
-    except RecursionError as exc:
-        raise AuditDatabaseError(f"{where}: JSON nested too deep", fix) from exc
-    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise AuditDatabaseError(f"{where}: not valid JSON ({exc})", fix) from exc
-    stack = [(data, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if depth > MAX_DEPTH:
-            raise AuditDatabaseError(f"{where}: JSON nested deeper than {MAX_DEPTH} levels", fix)
-        if isinstance(node, dict):
-            stack.extend((v, depth + 1) for v in node.values())
-        elif isinstance(node, list):
-            stack.extend((v, depth + 1) for v in node)
-    return data
+def parse_json(raw: bytes | str, where: str, fix: str, max_bytes: int | None = None) -> Any:
+    """JSON text as data, through the one validated reader: AuditDatabaseError for text that is not strict
+    JSON, InputTooLargeError (121) / InputTooDeepError (122) past the limits."""
+    return loads_json(raw, what=where, error=AuditDatabaseError, fix=fix,
+                      max_bytes=MAX_RECORD_BYTES if max_bytes is None else max_bytes, max_depth=MAX_DEPTH)
 
 
 class AdvisorySource(Protocol):
@@ -129,9 +114,10 @@ class OfflineDatabase:
             raise AuditDatabaseError(f"--db {path} does not exist", _DB_FIX)
         digest = hashlib.sha256()
         for where, raw in items:
-            digest.update(where.encode() + b"\0" + hashlib.sha256(raw if isinstance(raw, bytes) else
-                                                                  raw.encode()).digest())
-            data = parse_json(raw, where, _DB_FIX)
+            # a directory is named by its records' relative names and bytes (not where it sits)
+            name = str(Path(where).relative_to(path)) if db.format == "directory" else where
+            digest.update(name.encode() + b"\0" + hashlib.sha256(raw).digest())
+            data = parse_json(raw, where, _DB_FIX, max_bytes=MAX_RESPONSE_BYTES if db.format == "json" else None)
             for rec in data if isinstance(data, list) and db.format == "json" else [data]:
                 db._add(rec, where)
         if db.records == 0:
@@ -175,7 +161,7 @@ def _file_format(path: Path) -> str:
         with open(path, "rb") as fh:
             head = fh.read(4)
     except OSError as exc:
-        raise AuditDatabaseError(f"cannot read --db {path}: {exc.strerror or exc}", _DB_FIX) from exc
+        raise os_error(exc, path, action="read", flag="--db") from exc
     if head.startswith(b"PK"):
         return "zip"
     if path.suffix == ".jsonl":
@@ -185,36 +171,25 @@ def _file_format(path: Path) -> str:
     raise AuditDatabaseError(f"--db {path} is not a zip, a .jsonl or a .json file", _DB_FIX)
 
 
-def _read_bounded(path: Path, limit: int) -> bytes:
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read(limit + 1)
-    except OSError as exc:
-        raise AuditDatabaseError(f"cannot read {path}: {exc.strerror or exc}", _DB_FIX) from exc
-    if len(raw) > limit:
-        raise AuditDatabaseError(f"{path} is larger than {limit >> 20} MiB: not an OSV record", _DB_FIX)
-    return raw
-
-
 def _directory_records(path: Path) -> Iterator[tuple[str, bytes]]:
     for f in sorted(path.rglob("*.json")):
         if f.is_file():
-            yield str(f.relative_to(path)), _read_bounded(f, MAX_RECORD_BYTES)
+            yield str(f), read_bytes(f, what="OSV record", max_bytes=MAX_RECORD_BYTES)
 
 
 def _json_records(path: Path) -> Iterator[tuple[str, bytes]]:
-    yield str(path), _read_bounded(path, MAX_RESPONSE_BYTES)
+    yield str(path), read_bytes(path, what="OSV database", max_bytes=MAX_RESPONSE_BYTES)
 
 
 def _jsonl_records(path: Path) -> Iterator[tuple[str, bytes]]:
     try:
         fh = open(path, "rb")  # noqa: SIM115 - closed below; lines are yielded while it is open
     except OSError as exc:
-        raise AuditDatabaseError(f"cannot read --db {path}: {exc.strerror or exc}", _DB_FIX) from exc
+        raise os_error(exc, path, action="read", flag="--db") from exc
     with fh:
         for n, line in enumerate(iter(lambda: fh.readline(MAX_RECORD_BYTES + 1), b""), start=1):
             if len(line) > MAX_RECORD_BYTES:
-                raise AuditDatabaseError(f"{path}:{n}: a line longer than {MAX_RECORD_BYTES >> 20} MiB", _DB_FIX)
+                raise too_large(f"{path}:{n}", "OSV record", MAX_RECORD_BYTES)
             if line.strip():
                 yield f"{path}:{n}", line
 
@@ -230,15 +205,14 @@ def _zip_records(path: Path) -> Iterator[tuple[str, bytes]]:
             raise AuditDatabaseError(f"--db {path} unpacks to more than {MAX_ZIP_BYTES >> 30} GiB", _DB_FIX)
         for info in sorted(members, key=lambda i: i.filename):
             if info.file_size > MAX_RECORD_BYTES:
-                raise AuditDatabaseError(f"{path}:{info.filename} is larger than {MAX_RECORD_BYTES >> 20} MiB",
-                                         _DB_FIX)
+                raise too_large(f"{path}:{info.filename}", "OSV record", MAX_RECORD_BYTES)
             try:
                 with zf.open(info) as fh:
                     raw = fh.read(MAX_RECORD_BYTES + 1)  # the header's size is not trusted
             except (zipfile.BadZipFile, OSError, EOFError) as exc:
                 raise AuditDatabaseError(f"{path}:{info.filename} cannot be read ({exc})", _DB_FIX) from exc
-            if len(raw) > MAX_RECORD_BYTES:
-                raise AuditDatabaseError(f"{path}:{info.filename} is larger than its header says", _DB_FIX)
+            if len(raw) > MAX_RECORD_BYTES:  # larger than its header says
+                raise too_large(f"{path}:{info.filename}", "OSV record", MAX_RECORD_BYTES)
             yield f"{path}:{info.filename}", raw
 
 
@@ -344,8 +318,6 @@ class OsvService:
             except (urllib.error.URLError, OSError, TimeoutError) as exc:
                 last = str(getattr(exc, "reason", exc))
                 continue
-            if len(raw) > MAX_RESPONSE_BYTES:
-                raise AuditDatabaseError(f"{url} answered more than {MAX_RESPONSE_BYTES >> 20} MiB",
-                                         "audit offline with --db")
-            return parse_json(raw, url, "retry; if it persists, audit offline with --db")
+            return parse_json(raw, f"the answer of {url}", "retry; if it persists, audit offline with --db",
+                              max_bytes=MAX_RESPONSE_BYTES)
         raise NetworkError(f"the OSV service at {self.url} cannot be reached ({last}; {RETRIES} tries)", fix)

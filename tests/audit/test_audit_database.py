@@ -12,7 +12,7 @@ import pytest
 
 from envbuilder.audit import database
 from envbuilder.audit.database import OfflineDatabase
-from envbuilder.errors import AuditDatabaseError
+from envbuilder.errors import AuditDatabaseError, InputTooDeepError, InputTooLargeError
 
 Rec = Callable[[str], dict[str, Any]]
 IDS = ("PYSEC-2026-1996", "GHSA-38jv-5279-wg99", "PYSEC-2023-192", "PYSEC-2026-1806", "PYSEC-2025-74")
@@ -53,8 +53,8 @@ def test_the_committed_database(osv_db: Path) -> None:
 
 @pytest.mark.parametrize(("name", "content", "cause"), [
     ("bad.json", "{not json", "not valid JSON"),
-    ("nan.json", '{"id": "X", "modified": NaN}', "not valid JSON"),
-    ("deep.json", "[" * 100 + "]" * 100, "nested"),
+    ("nan.json", '{"id": "X", "modified": NaN}', "NaN, which is not JSON"),
+    ("dup.json", '{"id": "X", "id": "Y"}', "twice in one object"),
     ("noid.json", '{"summary": "x"}', "'id'"),
     ("empty.jsonl", "\n\n", "holds no OSV records"),
     ("list.jsonl", '[{"id": "X"}]\n', "not a JSON object"),
@@ -69,6 +69,15 @@ def test_malformed_databases_are_refused(tmp_path: Path, name: str, content: str
     assert "osv-vulnerabilities.storage.googleapis.com" in str(exc.value.fix)
 
 
+def test_deep_or_endless_input_is_refused_by_the_json_reader(tmp_path: Path) -> None:
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100 + "]" * 100, encoding="utf-8")
+    with pytest.raises(InputTooDeepError):
+        OfflineDatabase.open(deep)
+    with pytest.raises(InputTooLargeError):  # read in chunks and refused, never read whole
+        database._json_records(Path("/dev/zero")).__next__()
+
+
 def test_a_broken_zip_and_oversized_members_are_refused(tmp_path: Path, record: Rec,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     broken = tmp_path / "broken.zip"
@@ -79,7 +88,7 @@ def test_a_broken_zip_and_oversized_members_are_refused(tmp_path: Path, record: 
     with zipfile.ZipFile(ok, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         zf.writestr("PYSEC-2026-1996.json", json.dumps(record("PYSEC-2026-1996")))
     monkeypatch.setattr(database, "MAX_RECORD_BYTES", 1000)
-    with pytest.raises(AuditDatabaseError, match="larger than"):
+    with pytest.raises(InputTooLargeError, match="larger than"):
         OfflineDatabase.open(ok)
     monkeypatch.setattr(database, "MAX_RECORD_BYTES", 16 << 20)
     monkeypatch.setattr(database, "MAX_ZIP_BYTES", 100)

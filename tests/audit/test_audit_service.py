@@ -27,7 +27,7 @@ from envbuilder.audit import database
 from envbuilder.audit.database import OfflineDatabase, OsvService
 from envbuilder.audit.pipeline import AuditOptions, run_audit
 from envbuilder.audit.severity import Threshold
-from envbuilder.errors import AuditDatabaseError, NetworkError
+from envbuilder.errors import AuditDatabaseError, InputTooLargeError, NetworkError
 
 REPO = Path(__file__).resolve().parents[2]
 LOCK = REPO / "locks" / "v2.3.0"
@@ -228,5 +228,5 @@ def test_a_record_under_another_id_is_refused(standin: tuple[str, Behaviour]) ->
 def test_an_oversized_answer_is_refused(standin: tuple[str, Behaviour], monkeypatch: pytest.MonkeyPatch) -> None:
     url, _b = standin
     monkeypatch.setattr(database, "MAX_RESPONSE_BYTES", 64)
-    with pytest.raises(AuditDatabaseError, match="more than"):
+    with pytest.raises(InputTooLargeError, match="larger than"):
         _audit(url)
