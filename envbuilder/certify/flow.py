@@ -28,6 +28,7 @@ from envbuilder.errors import (
     InvalidOptionError,
     MalformedFileError,
 )
+from envbuilder.jsonread import Fields, loads_json
 from envbuilder.paths import matrices_dir
 from envbuilder.uvbin import uv_binary
 
@@ -113,7 +114,8 @@ def _claims_something(path: Path) -> bool:
 
 @contextlib.contextmanager
 def _out_dir(output: Path | None, progress: Progress) -> Iterator[Path]:
-    """Where the environment writes; its files replace the previous certificate's only once the run finished."""
+    """A private directory (0700, ours) for this run's files; they replace the previous certificate's
+    only once the run finished. The environment never writes here: see `_env_dir`."""
     if output is None:
         with tempfile.TemporaryDirectory(prefix="envbuilder-cert-") as tmp:
             yield Path(tmp)
@@ -122,11 +124,68 @@ def _out_dir(output: Path | None, progress: Progress) -> Iterator[Path]:
 
     with claim_output_dir(output, _is_cert_dir, "a certificate directory",
                           progress=progress) as real, staging_dir(real) as stage:
-        stage.chmod(0o777)  # containers may run as another uid
         yield stage
+        shutil.rmtree(stage / ENV_DIR, ignore_errors=True)
         if _claims_something(stage / "certificate.json"):
             made = sorted(str(p.relative_to(stage)) for p in stage.rglob("*") if p.is_file())
             commit_files(stage, real, made, remove=_cert_owned(real))
+
+
+#: the sub-directory of the private staging directory the environment writes into
+ENV_DIR = "from-environment"
+
+
+def _env_dir(stage: Path, t: Target) -> Path:
+    """Where the environment writes. A container may run as another uid, so its directory is open to all
+    (0777): it is reachable only through the container's mount, since `stage` itself admits no one else.
+    Nothing is taken from it: the host writes and signs the certificate it read from the environment's stdout."""
+    d = stage / ENV_DIR
+    d.mkdir(mode=0o700)
+    if not t.on_host:
+        d.chmod(0o777)
+    return d
+
+
+def _certificate_from(rc: int, stdout: str, exp: dict[str, Any], kind: str) -> tuple[bytes, dict[str, Any]]:
+    """The environment's certificate, read once from its stdout (a pipe no one else can write), checked,
+    and bound to what the host asked for: these exact bytes are what the host writes and signs."""
+    from envbuilder.certify.verify import check_certificate
+
+    if rc not in (0, CertificationFailedError.exit_code):
+        raise CertifyEnvironmentError(f"the checks could not run in the {kind} (exit code {rc})",
+                                      "read the output above; `python -m envbuilder.certify --help` inside the "
+                                      "environment shows the in-environment options")
+    raw = stdout.encode("utf-8", "surrogateescape")
+    bad = "read the output above; the environment must print exactly one certificate on stdout"
+    if not raw.strip():
+        raise CertifyEnvironmentError(f"the {kind} printed no certificate", bad)
+    cert = loads_json(raw, what=f"the certificate the {kind} printed", error=CertifyEnvironmentError, fix=bad,
+                      allow_nan=True)
+    check_certificate(Fields.of(cert, f"the certificate the {kind} printed", CertifyEnvironmentError, bad),
+                      lock_required=False)
+    if dumps(cert).encode() != raw:
+        raise CertifyEnvironmentError(f"the {kind} printed a certificate that is not in envbuilder's canonical form",
+                                      bad)
+    for key in ("lock_sha256", "row", "artifact"):
+        if cert.get(key) != exp.get(key):
+            raise CertifyEnvironmentError(
+                f"the {kind} certified {key} {str(cert.get(key))[:60]!r}, not the {str(exp.get(key))[:60]!r} "
+                "it was asked to check", "certify again; an environment that rewrites what it certifies is not "
+                "trustworthy")
+    return raw, cert
+
+
+def _write_certificate(stage: Path, raw: bytes, cert: dict[str, Any]) -> None:
+    """certificate.json (the bytes read), report.md and the loss SVGs, rendered here from those bytes."""
+    from envbuilder.atomic import write_atomic
+    from envbuilder.certify import CERT_NAME, REPORT_NAME
+    from envbuilder.certify.report import render_report
+
+    md, svgs = render_report(cert)
+    for name, text in sorted(svgs.items()):
+        write_atomic(stage / name, text)
+    write_atomic(stage / REPORT_NAME, md)
+    write_atomic(stage / CERT_NAME, raw)
 
 
 def _expectations(t: Target, lock: Path | None, expect: Path | None, artifact: dict[str, Any],
@@ -214,24 +273,16 @@ def certify_environment(opts: CertifyOptions, progress: Progress = lambda _m: No
         exp = _expectations(t, opts.lock, opts.expect, artifact, in_dir, progress)
         (in_dir / "expect.json").write_text(dumps(exp), encoding="utf-8")
         in_dir.chmod(0o755)
-        with _out_dir(output, progress) as out_dir:
-            exp_path, out_path = t.inner_paths(in_dir, out_dir)
+        with _out_dir(output, progress) as stage:
+            env_dir = _env_dir(stage, t)
+            exp_path, out_path = t.inner_paths(in_dir, env_dir)
             args = _inner_args(opts, exp_path, out_path)
-            rc, stdout = run_certify(t, args, in_dir, out_dir, gpus=opts.level >= 1 and not opts.cpu)
-            if (out_dir / "certificate.json").exists() and output is not None:
+            rc, stdout = run_certify(t, args, in_dir, env_dir, gpus=opts.level >= 1 and not opts.cpu)
+            raw, cert = _certificate_from(rc, stdout, exp, t.kind)
+            if output is not None:
+                _write_certificate(stage, raw, cert)
                 if sbom is not None:
-                    shutil.copyfile(sbom, out_dir / SBOM_NAME)
+                    shutil.copyfile(sbom, stage / SBOM_NAME)
                 if key is not None:  # signed in the staging dir: certificate and envelope appear together
-                    signed = sign_certificate(out_dir / "certificate.json", key)
-    if rc not in (0, CertificationFailedError.exit_code):
-        raise CertifyEnvironmentError(f"the checks could not run in the {t.kind} (exit code {rc})",
-                                      "read the output above; `python -m envbuilder.certify --help` inside the "
-                                      "environment shows the in-environment options")
-    try:
-        cert: dict[str, Any] = json.loads(stdout)
-    except json.JSONDecodeError as exc:
-        raise CertifyEnvironmentError("the environment printed no certificate", "read the output above") from exc
-    if not isinstance(cert, dict) or not isinstance(cert.get("checks"), list):
-        raise CertifyEnvironmentError("the environment printed something that is not a certificate",
-                                      "read the output above")
+                    signed = sign_certificate(stage / "certificate.json", key, cert_bytes=raw)
     return CertifyResult(cert, output, signed.keyid if signed else None)

@@ -66,9 +66,13 @@ def statement(cert_bytes: bytes) -> dict[str, Any]:
     }
 
 
-def sign_certificate(cert_path: Path, key: Any) -> SignResult:
-    """Write certificate.dsse.json beside cert_path, signed with `key` (an Ed25519PrivateKey)."""
-    cert_bytes = Path(cert_path).read_bytes()
+def sign_certificate(cert_path: Path, key: Any, cert_bytes: bytes | None = None) -> SignResult:
+    """Write certificate.dsse.json beside cert_path, signed with `key` (an Ed25519PrivateKey).
+
+    `cert_bytes`: the certificate as the caller read and checked it (certify passes the bytes it wrote
+    itself, so what is signed is exactly what was verified, never a file read back from disk)."""
+    if cert_bytes is None:
+        cert_bytes = Path(cert_path).read_bytes()
     stmt = statement(cert_bytes)
     env = Envelope.sign(PAYLOAD_TYPE, canonical_json(stmt), key)
     out = Path(cert_path).with_name(ENVELOPE_NAME)

@@ -2,50 +2,73 @@
 
 from __future__ import annotations
 
-import json
-import re
 from pathlib import Path
 from typing import Any
 
 from envbuilder.certify.result import FAIL, PASS
-from envbuilder.errors import CertificateMismatchError, CertificationFailedError, MalformedFileError, OutputPathError
+from envbuilder.errors import CertificateMismatchError, CertificationFailedError, MalformedFileError
+from envbuilder.jsonread import Fields, read_json
 
 _FIX = "pass the certificate.json written by `envbuilder certify -o DIR`"
-_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def _malformed(path: Path, what: str) -> MalformedFileError:
     return MalformedFileError(f"{path}: {what}", _FIX, path=str(path))
 
 
+#: what a check's status may be (certify/result.py)
+STATUSES = frozenset({"pass", "fail", "skipped", "not-installed"})
+
+
+def check_certificate(doc: Fields, *, lock_required: bool = True) -> dict[str, Any]:
+    """Every field a reader of a certificate relies on, typed; `doc`'s error class reports the first wrong one.
+
+    The typed Certificate record (code-shape issue) is this check's eventual home.
+    """
+    doc.integer("schema", default=1, min=1)
+    doc.string("status", choices=("pass", "fail"))
+    doc.integer("level", default=0, min=0, max=9)
+    doc.sha256("lock_sha256") if lock_required else doc.sha256("lock_sha256", default=None)
+    doc.string("row", default=None, max_len=200)
+    doc.string("created", default=None, max_len=64)
+    for c in doc.objs("checks"):
+        c.string("name", nonempty=True, max_len=200)
+        c.string("status", choices=STATUSES)
+        c.integer("level", default=0, min=0, max=9)
+        c.numbers("losses", default=None, allow_nonfinite=True)
+    summary = doc.obj("summary", default=None)
+    if summary is not None:
+        for k in summary:
+            summary.integer(k, min=0)
+    art = doc.obj("artifact", default=None)
+    if art is not None:
+        art.string("kind", default=None, max_len=40)
+        art.string("ref", default=None)
+        art.string("digest", default=None, max_len=80)
+        art.sha256("sha256", default=None)
+        sbom = art.obj("sbom", default=None)
+        if sbom is not None:
+            sbom.string("name", plain=True)
+            sbom.sha256("sha256")
+    return doc.data
+
+
 def load_certificate(path: Path) -> dict[str, Any]:
-    """Read a certificate and check the shape every field verification relies on."""
+    """Read a certificate (size, depth and every field checked) for verify-cert."""
     try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        raise OutputPathError(f"cannot read {path}: {exc.strerror}", _FIX) from exc
-    try:
-        cert = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise _malformed(path, "is not a JSON certificate (not UTF-8 JSON text)") from exc
-    if not isinstance(cert, dict):
-        raise _malformed(path, f"is a JSON {type(cert).__name__}, not a certificate object")
+        value = read_json(path, what="certificate", error=MalformedFileError, fix=_FIX, allow_nan=True)
+    except MalformedFileError as exc:
+        if "not UTF-8" in exc.cause or "not valid JSON" in exc.cause:
+            raise _malformed(path, "is not a JSON certificate (not UTF-8 JSON text)") from None
+        raise
+    if not isinstance(value, dict):
+        raise _malformed(path, f"is a JSON {type(value).__name__}, not a certificate object")
     for key in ("checks", "status", "lock_sha256"):
-        if key not in cert:
+        if key not in value:
             raise _malformed(path, f"has no '{key}' (not an envbuilder certificate)")
-    if not isinstance(cert["checks"], list) or not all(
-            isinstance(c, dict) and isinstance(c.get("name"), str) and isinstance(c.get("status"), str)
-            for c in cert["checks"]):
+    if not isinstance(value["checks"], list):
         raise _malformed(path, "'checks' is not a list of {name, status} objects")
-    if not isinstance(cert["status"], str):
-        raise _malformed(path, "'status' is not a string")
-    if not isinstance(cert["lock_sha256"], str) or not _SHA256.fullmatch(cert["lock_sha256"]):
-        raise _malformed(path, "'lock_sha256' is not a sha256")
-    if "artifact" in cert and not isinstance(cert["artifact"], (dict, type(None))):
-        raise _malformed(path, "'artifact' is not an object")
-    if "summary" in cert and not isinstance(cert["summary"], (dict, type(None))):
-        raise _malformed(path, "'summary' is not an object")
-    return cert
+    return check_certificate(Fields(value, f"certificate {path}", MalformedFileError, _FIX))
 
 
 def verify_certificate(cert: dict[str, Any], lock_sha256: str, artifact: dict[str, str] | None) -> dict[str, Any]:
@@ -92,7 +115,7 @@ def verify_sbom(cert: dict[str, Any], cert_dir: Path) -> dict[str, Any] | None:
     ref = (cert.get("artifact") or {}).get("sbom")
     if not ref:
         return None
-    path = Path(cert_dir) / str(ref.get("name"))
+    path = Path(cert_dir) / str(ref["name"])  # a plain name: check_certificate saw to it
     try:
         have = hashlib.sha256(path.read_bytes()).hexdigest()
     except OSError as exc:
