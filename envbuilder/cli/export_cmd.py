@@ -56,7 +56,11 @@ def _format_from(output: Path, fmt: str | None) -> str:
               help="Workers torchrun starts per node (default: one per GPU; 2 with --gpus-per-node 0).")
 @click.option("--nodes", type=click.IntRange(min=1), default=2, show_default=True,
               help="Node count of the multi-node snippet.")
-@click.option("--train-script", default="train.py", show_default=True, help="Script the snippets launch.")
+@click.option("--train-script", default="train.py", show_default=True,
+              help="Script (and arguments) the snippets launch, relative to the directory jobs are submitted from.")
+@click.option("--rdzv-port", type=click.IntRange(min=1024, max=65535), default=None,
+              help="Fixed rendezvous port of the multi-node snippet (default: 10000 + job id % 20000, so two "
+                   "jobs on one head node never meet).")
 @click.option("--no-snippets", is_flag=True, help="Do not write the .def file and launch snippets.")
 @click.option("--compare", is_flag=True,
               help="Also build with the site's apptainer (sif) or enroot (sqsh) and compare the file lists.")
@@ -64,7 +68,8 @@ def _format_from(output: Path, fmt: str | None) -> str:
 @timings_option
 def export(image: str, fmt: str | None, output: Path, compression: str | None, squash_options: str | None,
            lock: Path | None, workdir: Path | None, processors: int | None, layers: str, feed: str, no_cache: bool,
-           gpus_per_node: int, procs_per_node: int | None, nodes: int, train_script: str, no_snippets: bool,
+           gpus_per_node: int, procs_per_node: int | None, nodes: int, train_script: str, rdzv_port: int | None,
+           no_snippets: bool,
            compare: bool, as_json: bool, timings: bool) -> None:
     """Export IMAGE from the local Docker engine to an enroot .sqsh or an Apptainer .sif."""
     from envbuilder.export.formats import get_format
@@ -77,7 +82,7 @@ def export(image: str, fmt: str | None, output: Path, compression: str | None, s
         lock_dir=lock, workdir=workdir, processors=processors, snippets=not no_snippets,
         compression=compression, layers=layers, feed=feed, cache=not no_cache,
         launch=LaunchParams(gpus_per_node=gpus_per_node, nodes=nodes, train_script=train_script,
-                            procs_per_node=procs_per_node),
+                            procs_per_node=procs_per_node, rdzv_port=rdzv_port),
     )  # fmt: skip
     if compare:  # fail before the export, not after it
         tool = get_format(opts.fmt).native_tool

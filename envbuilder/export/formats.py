@@ -69,7 +69,8 @@ class SqshFormat:
     default_squash_options: ClassVar[str] = squashfs.ENROOT_SQUASH_OPTIONS
     native_tool: ClassVar[str] = "enroot"
     launch_templates: ClassVar[dict[str, str]] = {
-        "slurm-pyxis.sh.j2": ".slurm-pyxis.sh", "torchrun-multinode.sbatch.j2": ".torchrun-multinode.sbatch"}
+        "slurm-pyxis.sh.j2": ".slurm-pyxis.sh", "torchrun-multinode.sbatch.j2": ".torchrun-multinode.sbatch",
+        "nemo-run.py.j2": ".nemo-run.py"}
 
     def add_runtime_files(self, tree: MergedTree, info: ImageInfo, labels: dict[str, str], deffile: str) -> None:
         conventions.add_enroot_files(tree, info)

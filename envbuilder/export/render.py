@@ -10,8 +10,7 @@ from pathlib import Path
 from envbuilder import __version__
 from envbuilder.errors import InvalidOptionError, UnsafeNameError
 from envbuilder.export.formats import get_format
-
-RDZV_PORT = 29500
+from envbuilder.image.reference import ImageReference
 
 
 @dataclass(frozen=True)
@@ -23,7 +22,8 @@ class LaunchParams:
     nodes: int = 2
     train_script: str = "train.py"
     procs_per_node: int | None = None  # default: one per GPU, or 2 without GPUs
-    rdzv_port: int = RDZV_PORT
+    rdzv_port: int | None = None  # None: 10000 + job id % 20000, so two jobs on one head node never meet
+    registry_image: str = ""  # the image pushed by digest (REGISTRY/NAME@sha256:...): named as an alternative
 
     @property
     def workers_per_node(self) -> int:
@@ -65,6 +65,11 @@ def check_launch_names(artifact: Path, params: LaunchParams) -> None:
     """Everything from the user that the launch snippets write into shell, checked before any work."""
     check_one_line(str(artifact), "the output path")
     train_command(params.train_script)
+    if params.registry_image:
+        ImageReference.parse(params.registry_image, "the pushed image").by_digest  # noqa: B018 - a check
+    if params.rdzv_port is not None and not 1024 <= params.rdzv_port <= 65535:
+        raise InvalidOptionError(f"--rdzv-port {params.rdzv_port} is outside 1024-65535",
+                                 "pick an unprivileged port, or leave it out to take one from the job id")
 
 
 def job_name(artifact: Path) -> str:
@@ -98,16 +103,29 @@ def render_launch(fmt: str, artifact: Path, params: LaunchParams) -> dict[str, s
     check_launch_names(artifact, params)
     env = template_env()
     out: dict[str, str] = {}
+    command = train_command(params.train_script)
+    registry = ImageReference.parse(params.registry_image) if params.registry_image else None
     for template, suffix in get_format(fmt).launch_templates.items():
         out[suffix] = env.get_template(f"launch/{template}").render(
             format=fmt,
             artifact_name=artifact.name,
             artifact_path=shlex.quote(str(artifact)),
+            artifact_path_py=repr(str(artifact)),
+            snippet_name=shlex.quote(artifact.name + suffix),
             job_name=job_name(artifact),
             gpus_per_node=params.gpus_per_node,
             procs_per_node=params.workers_per_node,
             nodes=params.nodes,
-            train_command=train_command(params.train_script),
+            train_command=command,
+            script_name=shlex.split(command)[0],
+            train_words_py=repr(shlex.split(command)),
             rdzv_port=params.rdzv_port,
+            registry_image=shlex.quote(_runtime_spelling(fmt, registry)) if registry else "",
+            runtime="enroot" if fmt == "sqsh" else "apptainer",
         )
     return out
+
+
+def _runtime_spelling(fmt: str, ref: ImageReference) -> str:
+    """The pushed image as the format's runtime names it: pyxis' REGISTRY#NAME@DIGEST, Apptainer's docker://."""
+    return ref.pyxis if fmt == "sqsh" else ref.apptainer

@@ -71,14 +71,25 @@ def test_launch_snippets_are_valid_bash(tmp_path: Path) -> None:
     params = render.LaunchParams(gpus_per_node=4, nodes=3, train_script="pretrain.py --cfg a.yaml")
     for fmt in ("sqsh", "sif"):
         for suffix, text in render.render_launch(fmt, artifact.with_suffix(f".{fmt}"), params).items():
+            if suffix.endswith(".py"):
+                continue  # the NeMo-Run snippet: tests/export/test_launch_snippets.py compiles it
             p = tmp_path / f"s{suffix}"
             p.write_text(text)
             subprocess.run(["bash", "-n", str(p)], check=True)
             assert "--nproc-per-node=4" in text and "pretrain.py --cfg a.yaml" in text
             if "multinode" in suffix:
                 assert "#SBATCH --nodes=3" in text and "--rdzv-backend=c10d" in text
-                assert '--rdzv-endpoint="$HEAD_ADDR:29500"' in text
-            assert f"IMAGE='{artifact.with_suffix('.' + fmt)}'" in text  # a path with a space, quoted
+                assert '--rdzv-endpoint="$HEAD_ADDR:$RDZV_PORT"' in text
+            assert f"IMAGE=${{ENVBUILDER_IMAGE:-'{artifact.with_suffix('.' + fmt)}'}}" in text  # a space, quoted
+
+
+PUSHED = "registry.example.com:5000/team/nemo@sha256:" + "5e" * 32
+GOLDEN_FORMS = {  # every generated launch file, in each form that changes its text
+    "nemo-v2.3.0": render.LaunchParams(gpus_per_node=8, nodes=2, train_script="train.py"),
+    "cpu/nemo-v2.3.0": render.LaunchParams(gpus_per_node=0, nodes=2, procs_per_node=2, train_script="allreduce.py"),
+    "pushed/nemo-v2.3.0": render.LaunchParams(gpus_per_node=4, nodes=4, rdzv_port=29600, registry_image=PUSHED,
+                                              train_script="pretrain.py --config 'conf/a b.yaml'"),
+}
 
 
 def test_deffile_and_launch_snippets_match_golden() -> None:
@@ -86,8 +97,8 @@ def test_deffile_and_launch_snippets_match_golden() -> None:
     labels = {"io.envbuilder.lock-sha256": "ab" * 32, "io.envbuilder.row": "v2.3.0",
               "io.envbuilder.source-date-epoch": "1747267200", "org.opencontainers.image.version": "v2.3.0"}
     check_golden("export/apptainer.def", render.render_deffile("envbuilder/nemo:v2.3.0", labels, "v2.3.0", "ab" * 32))
-    params = render.LaunchParams(gpus_per_node=8, nodes=2, train_script="train.py")
-    for fmt in ("sqsh", "sif"):
-        for suffix, text in sorted(render.render_launch(fmt, Path(f"/shared/images/nemo-v2.3.0.{fmt}"),
-                                                        params).items()):
-            check_golden(f"export/{fmt}/nemo-v2.3.0{suffix}", text)
+    for name, params in GOLDEN_FORMS.items():
+        for fmt in ("sqsh", "sif"):
+            artifact = Path(f"/shared/images/{Path(name).name}.{fmt}")
+            for suffix, text in sorted(render.render_launch(fmt, artifact, params).items()):
+                check_golden(f"export/{fmt}/{name}{suffix}", text)

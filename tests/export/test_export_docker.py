@@ -355,9 +355,9 @@ def test_sidecars_rendered_next_to_artifact(whiteout_image: str, wh_sqsh: Export
                                            wh_sif: ExportResult) -> None:
     d = wh_sqsh.path.parent
     pyxis = (d / "wh.sqsh.slurm-pyxis.sh").read_text()
-    assert f"IMAGE={wh_sqsh.path}" in pyxis and 'srun --container-image="$IMAGE"' in pyxis
+    assert f"IMAGE=${{ENVBUILDER_IMAGE:-{wh_sqsh.path}}}" in pyxis and 'srun --container-image="$IMAGE"' in pyxis
     multi = (d / "wh.sqsh.torchrun-multinode.sbatch").read_text()
-    assert "--rdzv-backend=c10d" in multi and '--rdzv-endpoint="$HEAD_ADDR:29500"' in multi
+    assert "--rdzv-backend=c10d" in multi and '--rdzv-endpoint="$HEAD_ADDR:$RDZV_PORT"' in multi
     assert "scontrol show hostnames" in multi
     app = (wh_sif.path.parent / "wh.sif.apptainer.sh").read_text()
     assert "apptainer exec --nv" in app and "torchrun" in app

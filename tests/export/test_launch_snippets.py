@@ -72,6 +72,8 @@ def test_shell_metacharacters_in_names_stay_words(tmp_path: Path, fmt: str, name
     artifact = tmp_path / "out dir" / f"{name}.{fmt}"
     params = render.LaunchParams(gpus_per_node=0, nodes=2, train_script=shlex.join([f"{name}.py", "--tag", name]))
     for suffix, text in render.render_launch(fmt, artifact, params).items():
+        if suffix.endswith(".py"):
+            continue  # Python, not shell: test_nemo_run_snippet_* below
         work = tmp_path / suffix.strip(".")
         work.mkdir()
         calls = _run(text, work)
@@ -121,3 +123,68 @@ def test_definition_file_refuses_a_line_break_in_any_value(field: str) -> None:
         labels = {"io.envbuilder.row": evil}
     with pytest.raises(UnsafeNameError):
         render.render_deffile(image, labels, row, "ab" * 32)
+
+
+def test_nemo_run_snippet_is_valid_python_that_names_no_hostile_code(tmp_path: Path) -> None:
+    """Without nemo-run: the file compiles, and a hostile name is only in comments or string literals."""
+    import ast
+
+    artifact = tmp_path / 'a"""; import os; os.system("touch PWNED"); """b.sqsh'
+    text = render.render_launch("sqsh", artifact, render.LaunchParams(train_script="\"t'x.py\""))[".nemo-run.py"]
+    tree = ast.parse(text)
+    calls = {n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")
+             for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    assert "system" not in calls
+    image = next(n for n in tree.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "IMAGE")
+    assert isinstance(image.value, ast.Call) and ast.literal_eval(image.value.args[1]) == str(artifact)
+
+
+NEMO_RUN_PIN = ["nemo-run==0.11.1", "leptonai<0.47"]  # 0.11.1 imports leptonai.api.v1, gone in leptonai 0.47
+NEMO_RUN_PROBE = r"""
+import json, os, runpy, sys
+import nemo_run as run
+
+ex = runpy.run_path(sys.argv[1])
+slurm = ex["slurm_executor"](account="acct", partition="debug", job_dir=os.path.join(os.getcwd(), "jobs"))
+local = ex["local_executor"]()
+out = {"slurm": type(slurm).__name__, "image": slurm.container_image, "mounts": slurm.container_mounts,
+       "nodes": slurm.nodes, "nproc": slurm.torchrun_nproc_per_node, "port": slurm.launcher.rdzv_port,
+       "local": type(local).__name__, "local_tasks": local.ntasks_per_node, "local_launcher": local.launcher}
+with run.Experiment("envbuilder-probe", executor=slurm, log_level="WARN") as exp:
+    exp.add(ex["train_script"](), executor=slurm, name="train")
+    exp.dryrun()
+print("PROBE " + json.dumps(out))
+"""
+
+
+@pytest.mark.integration
+def test_nemo_run_snippet_builds_real_executors(tmp_path: Path) -> None:
+    """nemo-run from PyPI in a throwaway venv (uv, CPU-only, no torch): the snippet loads, builds a real
+    SlurmExecutor (the artifact as its container image) and LocalExecutor, and NeMo-Run renders its sbatch."""
+    from envbuilder.uvbin import uv_binary
+
+    venv = tmp_path / "venv"
+    subprocess.run([uv_binary(), "venv", "-q", str(venv)], check=True, timeout=120)
+    inst = subprocess.run([uv_binary(), "pip", "install", "-q", "--python", str(venv / "bin" / "python"),
+                           *NEMO_RUN_PIN], capture_output=True, text=True, timeout=600)
+    assert inst.returncode == 0, inst.stderr[-3000:]
+    artifact = tmp_path / "images" / "nemo.sqsh"
+    snippet = tmp_path / "nemo.sqsh.nemo-run.py"
+    params = render.LaunchParams(gpus_per_node=0, nodes=2, procs_per_node=2, train_script="allreduce.py --steps 3")
+    snippet.write_text(render.render_launch("sqsh", artifact, params)[".nemo-run.py"])
+    (tmp_path / "probe.py").write_text(NEMO_RUN_PROBE)
+    proc = subprocess.run([str(venv / "bin" / "python"), "probe.py", str(snippet)], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=300, env={**os.environ, "COLUMNS": "2000", "NO_COLOR": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
+    import json
+
+    got = json.loads(proc.stdout.split("PROBE ", 1)[1].splitlines()[0])
+    assert got["slurm"] == "SlurmExecutor" and got["image"] == str(artifact)
+    assert got["mounts"] == [f"{tmp_path}:/workspace"] and got["nodes"] == 2 and got["nproc"] == 2
+    assert 10000 <= got["port"] < 30000
+    assert (got["local"], got["local_tasks"], got["local_launcher"]) == ("LocalExecutor", 2, "torchrun")
+    sbatch = " ".join(proc.stdout.split())  # rich wraps the dry-run's script
+    assert f"--container-image {artifact}" in sbatch and f"{tmp_path}:/workspace" in sbatch
+    assert f"--rdzv-endpoint $head_node_ip:{got['port']}" in sbatch and "--nnodes 2 --nproc-per-node 2" in sbatch
+    # torchrun runs the script with python (no --no-python), from the mounted submit directory, with its arguments
+    assert "--tee 3 /workspace/allreduce.py --steps 3" in sbatch and "--no-python" not in sbatch

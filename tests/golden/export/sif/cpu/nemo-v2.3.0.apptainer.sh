@@ -1,0 +1,21 @@
+#!/bin/bash
+# Apptainer launch for nemo-v2.3.0.sif on one node (rendered by envbuilder export); run it with
+# sbatch, or with bash on a node you are on.
+# CPU form (no GPUs): 2 workers; torch.distributed uses the gloo backend. The image
+# ENV comes from /.singularity.d/env/90-environment.sh inside the SIF.
+# The training script, allreduce.py, is found from sbatch's working directory: submit from the
+# directory that holds it (or pass --chdir=DIR). That directory is mounted at /workspace and the job runs there:
+#   sbatch nemo-v2.3.0.sif.apptainer.sh
+# The image: the exported file beside this script by default. ENVBUILDER_IMAGE names another copy (e.g. on
+# shared storage); sbatch passes the submitting shell's
+# environment to the job:
+#   ENVBUILDER_IMAGE=/shared/images/nemo-v2.3.0.sif sbatch nemo-v2.3.0.sif.apptainer.sh
+#SBATCH --job-name=nemo-v2.3.0
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=1
+set -euo pipefail
+
+IMAGE=${ENVBUILDER_IMAGE:-/shared/images/nemo-v2.3.0.sif}
+
+apptainer exec --bind "$PWD:/workspace" --pwd /workspace "$IMAGE" \
+    torchrun --standalone --nproc-per-node=2 allreduce.py
