@@ -13,12 +13,15 @@ severity, and for every `affected` entry of the PyPI ecosystem its package, expl
 - The fixed version reported is the `fixed` event that ends the interval the version is in (None when the
   interval is closed by `last_affected` or left open: no fix is known).
 
-A bound that cannot be parsed in its range's ordering makes that range unusable; the record is still
-matched through its other ranges and its versions list, and the skip is counted (`Advisory.unusable`).
+A range that cannot be evaluated (a bound that does not parse in its ordering, an event that is not one
+key with a version such as the `{}` some published PYSEC records carry, a range type OSV does not define)
+is skipped, never read as "not affected": the record still answers through its other ranges and its
+`versions` list, and when nothing says the version is affected the audit lists the skip under `problems`.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from functools import total_ordering
@@ -79,11 +82,16 @@ def parse_version(text: str, kind: str) -> Version | SemVer:
 class Range:
     kind: str  # ECOSYSTEM | SEMVER (GIT ranges are not kept)
     events: tuple[tuple[str, str], ...]  # (introduced|fixed|last_affected|limit, version), as in the record
+    #: why the range cannot be evaluated (an event that is not one key with a string, as `{}` in some
+    #: published PYSEC records); the record's versions list still answers
+    broken: str = ""
 
     def match(self, version: str) -> tuple[bool, str | None]:
         """(affected, the fixed version that ends the interval holding `version`).
 
-        ValueError when `version` or a bound cannot be read in this range's ordering."""
+        ValueError when the range is broken, or `version` or a bound cannot be read in its ordering."""
+        if self.broken:
+            raise ValueError(self.broken)
         v = parse_version(version, self.kind)
         zero = "0"
         ordered = [((None if val == zero else parse_version(val, self.kind)), _EVENT_KINDS.index(kind), kind, val)
@@ -118,7 +126,6 @@ class Affected:
     package: str  # canonical (PEP 503) name
     versions: tuple[str, ...]
     ranges: tuple[Range, ...]
-    unusable: int = 0  # ranges of a kind we cannot evaluate (GIT ranges are not counted: the versions list covers them)
 
 
 @dataclass(frozen=True)
@@ -211,16 +218,19 @@ def _range(r: Any, where: str) -> Range | None:
         raise RecordError(f"{where}: a range is not an object")
     kind = _str(r, "type", where, required=True)
     events: list[tuple[str, str]] = []
+    broken = ""
     for e in _list(r, "events", where):
-        if not isinstance(e, dict) or len(e) != 1:
-            raise RecordError(f"{where}: an event must be an object with one key")
-        ((k, v),) = e.items()
-        if k not in _EVENT_KINDS or not isinstance(v, str):
-            raise RecordError(f"{where}: event {k!r} is not one of {', '.join(_EVENT_KINDS)} with a string")
-        events.append((k, v))
+        if (isinstance(e, dict) and len(e) == 1 and next(iter(e)) in _EVENT_KINDS
+                and isinstance(next(iter(e.values())), str)):
+            ((k, v),) = e.items()
+            events.append((k, v))
+        else:
+            broken = broken or f"event {json.dumps(e)[:60]} is not one of {', '.join(_EVENT_KINDS)} with a version"
+    if kind == "GIT":
+        return None  # commits, not versions; the record's versions list covers them
     if kind not in ("ECOSYSTEM", "SEMVER"):
-        return None
-    return Range(kind, tuple(events))
+        broken = broken or f"range type {kind!r} is not one OSV defines"
+    return Range(kind, tuple(events), broken)
 
 
 def parse_advisory(record: Any, where: str = "OSV record") -> Advisory:
@@ -244,12 +254,9 @@ def parse_advisory(record: Any, where: str = "OSV record") -> Advisory:
         versions = _list(aff, "versions", where)
         if not all(isinstance(v, str) for v in versions):
             raise RecordError(f"{where}: 'versions' must be a list of strings")
-        raw_ranges = _list(aff, "ranges", where)
-        ranges = [r for r in (_range(r, where) for r in raw_ranges) if r is not None]
-        unusable = sum(1 for r in raw_ranges if isinstance(r, dict) and r.get("type") not in
-                       ("ECOSYSTEM", "SEMVER", "GIT"))
+        ranges = [r for r in (_range(r, where) for r in _list(aff, "ranges", where)) if r is not None]
         affected.append(Affected(canonicalize_name(_str(pkg, "name", where, required=True)), tuple(versions),
-                                 tuple(ranges), unusable))
+                                 tuple(ranges)))
     refs = tuple(str(r["url"]) for r in _list(record, "references", where) if isinstance(r, dict)
                  and isinstance(r.get("url"), str))
     withdrawn = record.get("withdrawn")

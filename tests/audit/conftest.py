@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,18 +14,16 @@ DATA = Path(__file__).resolve().parent / "data"
 
 @pytest.fixture(scope="session")
 def osv_db() -> Path:
-    """The committed offline database: a zip of real OSV records, OSV's export layout."""
-    return DATA / "osv-pypi-locks.zip"
+    """The committed offline database: a directory of real OSV records, one <ID>.json each."""
+    return DATA / "osv"
 
 
 @pytest.fixture(scope="session")
 def record(osv_db: Path) -> Callable[[str], dict[str, Any]]:
     """One record of the committed database, by id, as its JSON."""
-    with zipfile.ZipFile(osv_db) as zf:
-        members = {n.removesuffix(".json"): zf.read(n) for n in zf.namelist()}
 
     def get(vid: str) -> dict[str, Any]:
-        data: dict[str, Any] = json.loads(members[vid])
+        data: dict[str, Any] = json.loads((osv_db / f"{vid}.json").read_text(encoding="utf-8"))
         return data
 
     return get

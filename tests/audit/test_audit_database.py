@@ -15,7 +15,7 @@ from envbuilder.audit.database import OfflineDatabase
 from envbuilder.errors import AuditDatabaseError, InputTooDeepError, InputTooLargeError
 
 Rec = Callable[[str], dict[str, Any]]
-IDS = ("PYSEC-2026-1996", "GHSA-38jv-5279-wg99", "PYSEC-2023-192", "PYSEC-2026-1806", "PYSEC-2025-74")
+IDS = ("PYSEC-2026-1996", "GHSA-38jv-5279-wg99", "PYSEC-2026-1995", "PYSEC-2026-2286", "PYSEC-2025-74")
 
 
 def _ids(db: OfflineDatabase, name: str) -> list[str]:
@@ -39,16 +39,21 @@ def test_zip_directory_jsonl_and_json_layouts_agree(tmp_path: Path, record: Rec)
     for d in dbs:
         assert d.records == 5
         assert d.describe()["withdrawn"] == 1  # PYSEC-2025-74 is withdrawn: never a finding
-        assert _ids(d, "urllib3") == ["GHSA-38jv-5279-wg99", "PYSEC-2023-192", "PYSEC-2026-1996"]
+        assert _ids(d, "urllib3") == ["GHSA-38jv-5279-wg99", "PYSEC-2026-1995", "PYSEC-2026-1996"]
         assert _ids(d, "jinja2") == []
         assert d.describe()["newest_modified"] == max(r["modified"] for r in recs)
     assert len({d.sha256 for d in dbs}) == 4  # each names its own bytes
 
 
-def test_the_committed_database(osv_db: Path) -> None:
+def test_the_committed_database(osv_db: Path, tmp_path: Path) -> None:
     db = OfflineDatabase.open(osv_db)
     desc = db.describe()
-    assert desc["format"] == "zip" and desc["records"] == 645 and len(desc["sha256"]) == 64
+    assert desc["format"] == "directory" and desc["records"] == 13 and desc["withdrawn"] == 1
+    # a directory is named by its records, not by where it sits
+    import shutil
+
+    shutil.copytree(osv_db, tmp_path / "elsewhere")
+    assert OfflineDatabase.open(tmp_path / "elsewhere").sha256 == db.sha256
 
 
 @pytest.mark.parametrize(("name", "content", "cause"), [
@@ -86,7 +91,7 @@ def test_a_broken_zip_and_oversized_members_are_refused(tmp_path: Path, record: 
         OfflineDatabase.open(broken)
     ok = tmp_path / "ok.zip"
     with zipfile.ZipFile(ok, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        zf.writestr("PYSEC-2026-1996.json", json.dumps(record("PYSEC-2026-1996")))
+        zf.writestr("PYSEC-2026-1996.json", json.dumps(record("PYSEC-2026-1996")))  # ~5 KB
     monkeypatch.setattr(database, "MAX_RECORD_BYTES", 1000)
     with pytest.raises(InputTooLargeError, match="larger than"):
         OfflineDatabase.open(ok)
