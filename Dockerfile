@@ -27,6 +27,7 @@ ENV UV_PROJECT_ENVIRONMENT=/opt/venv \
     PYTHONDONTWRITEBYTECODE=1
 COPY .venv/bin/uv /usr/local/bin/uv
 COPY envbuilder/image/tools/ /opt/envbuilder/tools/
+COPY envbuilder/kernels/gittree.py /opt/envbuilder/tools/gittree.py
 # A C/C++ toolchain for sdists (stage 1 has a few, e.g. cdifflib; stage 2 needs g++ beside nvcc),
 # plus the Python headers when the base's own Python is used: installed from the base's apt when
 # missing. Builder only; the runtime never sees them.
@@ -64,6 +65,9 @@ COPY ${LOCKDIR}/envbuilder.lock.json ./envbuilder.lock.json
 # compiled against (stage2_env.py --cache-key: torch, arch list, stage2_env, Python), so a
 # rebuild after a pure-Python pin change installs them from the cache instead of compiling,
 # and a change of torch or of the arch list compiles them again.
+# A pin whose PyPI sdist ships no CUDA sources is built from its repository's tag (the record's git_sources):
+# uv skips it ($ENVBUILDER_STAGE2_SKIP) and tools/git_sources.py builds the tag's files, their git tree
+# recomputed first, from git-sources/ (`envbuilder build` bind-mounts it) or GitHub's archive of the commit.
 ARG TORCH_CUDA_ARCH_LIST=8.0;8.6;8.9;9.0;10.0
 ARG NVTE_CUDA_ARCHS=80;86;89;90;100
 ARG MAX_JOBS=4
@@ -73,7 +77,8 @@ RUN --mount=type=cache,target=/root/.cache/uv,id=envbuilder-uv,sharing=shared \
     && eval "$(/opt/venv/bin/python /opt/envbuilder/tools/stage2_env.py envbuilder.lock.json)" \
     && export TORCH_CUDA_ARCH_LIST NVTE_CUDA_ARCHS MAX_JOBS \
     && export UV_CACHE_DIR="/root/.cache/uv/stage2-$(/opt/venv/bin/python /opt/envbuilder/tools/stage2_env.py --cache-key envbuilder.lock.json)" \
-    && uv sync --frozen --no-install-project --extra compile
+    && uv sync --frozen --no-install-project --extra compile $ENVBUILDER_STAGE2_SKIP \
+    && /opt/venv/bin/python /opt/envbuilder/tools/git_sources.py envbuilder.lock.json /opt/envbuilder/git-sources
 
 FROM ${RUNTIME_BASE} AS runtime
 COPY --from=builder /opt/python /opt/python

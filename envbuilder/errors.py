@@ -564,6 +564,20 @@ class OverlayFeedError(EnvbuilderError):
     kind = "overlay-feed-refused"
 
 
+class GitSourceUnavailableError(EnvbuilderError):
+    """A stage-2 source the lock builds from a git tag could be had from no mirror, cache or network."""
+
+    exit_code = 118
+    kind = "git-source-unavailable"
+
+
+class GitSourceMismatchError(EnvbuilderError):
+    """The files had for a git-tag source do not recompute to the tree the lock records (or lack kernels)."""
+
+    exit_code = 119
+    kind = "git-source-mismatch"
+
+
 # --- 120-129: schemas and input limits ---------------------------------------
 
 

@@ -202,7 +202,9 @@ def run_install(opts: InstallOptions, progress: Progress = lambda _: None) -> In
             # the stage-2 sdists stay beside the venv, so `envbuilder wheels --sdists` can build them
             # against this interpreter's torch later (a split bundle is unpacked only for the install)
             for p in manifest.get("packages", []):
-                if p.get("kind") == "sdist" and canonicalize_name(p["name"]) in {canonicalize_name(n) for n in stage2}:
+                # sdists and git-tag sources (packed archives) alike
+                if p.get("kind") in ("sdist", "git") and \
+                        canonicalize_name(p["name"]) in {canonicalize_name(n) for n in stage2}:
                     (staging / "v" / SDISTS_DIR).mkdir(exist_ok=True)
                     shutil.copy2(tree / "files" / p["file"], staging / "v" / SDISTS_DIR / p["file"])
             promote_dir(staging / "v", venv)

@@ -17,7 +17,7 @@ import shutil
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ from envbuilder.atomic import guard_output_dir, promote_dir, staging_dir, write_
 from envbuilder.bundle.parts import PARTS_INDEX, write_parts
 from envbuilder.bundle.plan import LOCK_FILES, PlannedFile, plan_files
 from envbuilder.bundle.prebuild import Prebuilt, prebuild
-from envbuilder.kernels import WHEELHOUSE_RECORD, read_wheelhouse
+from envbuilder.kernels import WHEELHOUSE_RECORD, gitsource, read_wheelhouse
 from envbuilder.kernels.files import cache_root, fetch, link_or_copy, verify
 from envbuilder.lock.record import read_record, sha256_file
 
@@ -46,6 +46,7 @@ class BundleOptions:
     cache_dir: Path | None = None
     ca_bundle: Path | None = None
     jobs: int = 4
+    git_mirrors: list[str] = field(default_factory=list)  # --git-mirror: clones for the lock's git_sources
 
 
 @dataclass
@@ -126,6 +127,12 @@ def make_bundle(opts: BundleOptions, progress: Progress = lambda _: None) -> Bun
     progress(f"planning the files lock {record.lock_sha256[:12]} installs on Python {python}, glibc {glibc}")
     planned = plan_files(lockdir, python, glibc, stage2)
     cache = cache_root(opts.cache_dir)
+    # a pin built from its git tag travels as the tag's files (packed, tree recomputed), not as the
+    # kernel-less PyPI sdist that uv.lock names
+    mirrors = gitsource.parse_mirrors(opts.git_mirrors)
+    git = {name: gitsource.obtain(name, record.pins[name].version, src, cache, mirrors, (), opts.ca_bundle, progress)
+           for name, src in sorted(record.git_sources.items())}
+    planned = [p for p in planned if not (p.kind == "sdist" and p.package in git)]
     fetched, downloaded = _fetch_all(planned, cache, opts, progress)
     prebuilt, source_only = _prebuild_all(planned, fetched, stage2, python, glibc, cache, opts, progress)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -143,6 +150,8 @@ def make_bundle(opts: BundleOptions, progress: Progress = lambda _: None) -> Bun
             link_or_copy(src, tree / "files" / p.file.filename)
         for pb in prebuilt:
             link_or_copy(pb.wheel, tree / "files" / pb.wheel.name)
+        for got in git.values():
+            link_or_copy(got.path, tree / "files" / got.path.name)
         if opts.wheelhouse is not None and wh_record is not None:
             for whl in wh_record.verified_wheels(opts.wheelhouse):
                 link_or_copy(whl, tree / "wheelhouse" / whl.name)
@@ -156,8 +165,11 @@ def make_bundle(opts: BundleOptions, progress: Progress = lambda _: None) -> Bun
             "host_torch": record.host.get("torch"),
             "wheelhouse": ({"arch_list": wh_record.arch_list, "torch": wh_record.torch.to_dict(),
                             "wheels": [p.wheel for p in wh_record.packages]} if wh_record else None),
-            "packages": [{"name": p.package, "version": p.version, "kind": p.kind, "file": p.file.filename}
-                         for p in planned],
+            "packages": sorted([{"name": p.package, "version": p.version, "kind": p.kind, "file": p.file.filename}
+                                for p in planned]
+                               + [{"name": g.package, "version": g.version, "kind": "git", "file": g.path.name,
+                                   "git": record.git_sources[g.package].to_dict()} for g in git.values()],
+                               key=lambda e: (str(e["name"]), str(e["kind"]), str(e["file"]))),
             # stage-1 sdists built into pure wheels here (offline they would need their build backends)
             "prebuilt": [pb.to_dict() for pb in prebuilt],
             "source_only": source_only,

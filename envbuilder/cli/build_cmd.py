@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from envbuilder.choices import BUILD_TARGETS, DEFAULT_BUILD_TARGET, MODES
-from envbuilder.cli.options import choice, json_option, lock_dir_input, timings_option
+from envbuilder.cli.options import choice, git_mirror_option, json_option, lock_dir_input, timings_option
 from envbuilder.console import emit_json, stderr_console
 
 if TYPE_CHECKING:  # the pipeline (docker SDK) is imported only when `build` runs
@@ -97,12 +97,13 @@ class BuildDisplay:
               help="Also write BuildKit's full plain progress log to this file.")
 @click.option("--wheelhouse", type=click.Path(path_type=Path, exists=True, file_okay=False), default=None,
               help="Install stage 2 from this `envbuilder wheels` output (made for this lock) instead of compiling.")
+@git_mirror_option
 @json_option("Print the build report as JSON on stdout.")
 @timings_option
 def build(lock: Path, tag: str | None, base: str | None, mode: str | None, arch_list: str | None,
           jobs: int | None, target: str, python: str | None, ca_bundle: Path | None, no_ca_bundle: bool,
           secrets: tuple[str, ...], no_cache: bool, no_pull: bool, no_scan: bool, log_file: Path | None,
-          wheelhouse: Path | None, as_json: bool, timings: bool) -> None:
+          wheelhouse: Path | None, git_mirrors: tuple[str, ...], as_json: bool, timings: bool) -> None:
     """Build LOCKDIR (made by `envbuilder lock`) into an image with the Docker engine (BuildKit)."""
     from envbuilder.image.pipeline import BuildOptions, build_image
     from envbuilder.image.secrets import default_ca_bundle, parse_secret
@@ -114,7 +115,8 @@ def build(lock: Path, tag: str | None, base: str | None, mode: str | None, arch_
     bundle = None if no_ca_bundle else (ca_bundle or default_ca_bundle())
     opts = BuildOptions(lockdir=lock, tag=tag, base=base, mode=mode, arch_list=arch_list, jobs=jobs,
                         target=target, python=python, ca_bundle=bundle, secrets=specs, no_cache=no_cache,
-                        pull=not no_pull, scan=not no_scan, log_file=log_file, wheelhouse=wheelhouse)
+                        pull=not no_pull, scan=not no_scan, log_file=log_file, wheelhouse=wheelhouse,
+                        git_mirrors=list(git_mirrors))
     with BuildDisplay(console) as show:
         result = build_image(opts, show)
     if as_json:

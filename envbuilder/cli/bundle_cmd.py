@@ -8,7 +8,7 @@ import click
 
 from envbuilder.bundle import BundleOptions, InstallOptions, make_bundle, run_install
 from envbuilder.bundle.parts import parse_size
-from envbuilder.cli.options import json_option, lock_dir_input, timings_option
+from envbuilder.cli.options import git_mirror_option, json_option, lock_dir_input, timings_option
 from envbuilder.console import emit_json, stderr_console
 
 
@@ -23,14 +23,16 @@ from envbuilder.console import emit_json, stderr_console
               help="Download cache root (default ENVBUILDER_CACHE_DIR or ~/.cache/envbuilder).")
 @click.option("--ca-bundle", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
               help="CA bundle for a TLS-intercepting proxy.")
+@git_mirror_option
 @json_option()
 @timings_option
 def bundle(lock: Path, output: Path, split: str | None, wheelhouse: Path | None, cache_dir: Path | None,
-           ca_bundle: Path | None, as_json: bool, timings: bool) -> None:
+           ca_bundle: Path | None, git_mirrors: tuple[str, ...], as_json: bool, timings: bool) -> None:
     """Collect everything LOCKDIR installs into an offline, hash-checked bundle."""
     console = stderr_console()
     opts = BundleOptions(lockdir=lock, output=output, split=parse_size(split) if split else None,
-                         wheelhouse=wheelhouse, cache_dir=cache_dir, ca_bundle=ca_bundle)
+                         wheelhouse=wheelhouse, cache_dir=cache_dir, ca_bundle=ca_bundle,
+                         git_mirrors=list(git_mirrors))
     result = make_bundle(opts, progress=console.print)
     where = f"{len(result.parts)} parts" if result.parts else "a directory"
     console.print(f"[green]wrote[/green] {output}: {result.files} files, {result.size / 1e6:.1f} MB as {where} "

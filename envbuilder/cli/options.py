@@ -33,6 +33,16 @@ def timings_option(f: F) -> F:
                         help="Include wall-clock timings in the --json output (which then differs run to run).")(f)
 
 
+def git_mirror_option(f: F) -> F:
+    """--git-mirror (repeatable): where the lock's git-tag sources (record `git_sources`) come from when the
+    repository's host is unreachable; the function receives `git_mirrors` (a tuple of the values)."""
+    return click.option(
+        "--git-mirror", "git_mirrors", multiple=True, metavar="URL=PATH|DIR",
+        help="A local clone of a repository the lock builds a stage-2 package from (URL=PATH), or a directory of "
+             "clones found by name (DIR: OWNER+NAME/repo, OWNER/NAME.git, NAME.git); repeatable. Also "
+             "ENVBUILDER_GIT_MIRRORS (comma-separated).")(f)
+
+
 def host_options(*, detect: bool = False, count: bool = False) -> Callable[[F], F]:
     """--driver, --gpu, --sm (the target host, planned from flags), plus --no-detect or --gpus N.
 

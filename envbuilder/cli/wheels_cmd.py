@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from envbuilder.cli.options import json_option, lock_dir_input, timings_option
+from envbuilder.cli.options import git_mirror_option, json_option, lock_dir_input, timings_option
 from envbuilder.console import emit_json, stderr_console
 from envbuilder.kernels import WheelsOptions, run_wheels
 from envbuilder.matrix import load_matrix
@@ -35,16 +35,19 @@ from envbuilder.matrix import load_matrix
               help="Directory holding the locked sdists (e.g. a bundle's files/), for hosts without an index.")
 @click.option("--ca-bundle", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
               help="CA bundle for a TLS-intercepting proxy.")
+@git_mirror_option
 @json_option("Print the per-package report as JSON on stdout (compile time and peak RSS with --timings).")
 @timings_option
 def wheels(lock: Path, output: Path, arch_list: str | None, jobs: int | None, parallel: int, torch_from: str,
            interpreter: Path | None, packages: tuple[str, ...], cuda_home: Path | None, cache_dir: Path | None,
-           sdist_dir: Path | None, ca_bundle: Path | None, as_json: bool, timings: bool) -> None:
+           sdist_dir: Path | None, ca_bundle: Path | None, git_mirrors: tuple[str, ...], as_json: bool,
+           timings: bool) -> None:
     """Build every stage-2 package of LOCKDIR into a wheel (cached by ABI and arch list)."""
     console = stderr_console()
     opts = WheelsOptions(lockdir=lock, output=output, arch_list=arch_list, jobs=jobs, torch_from=torch_from,
                          interpreter=interpreter, cache_dir=cache_dir, cuda_home=cuda_home, ca_bundle=ca_bundle,
-                         packages=list(packages), sdist_dir=sdist_dir, parallel=parallel)
+                         packages=list(packages), sdist_dir=sdist_dir, parallel=parallel,
+                         git_mirrors=list(git_mirrors))
     result = run_wheels(opts, load_matrix(), progress=console.print)
     for p in result.packages:
         console.print(f"[green]{p.cache}[/green] {p.record.wheel} ({p.seconds:.1f}s, archs: {p.record.arch_check})")

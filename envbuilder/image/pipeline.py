@@ -55,6 +55,8 @@ class BuildOptions:
     scan: bool = True
     log_file: Path | None = None
     wheelhouse: Path | None = None  # stage 2 from `envbuilder wheels` output instead of compiling
+    git_mirrors: list[str] = field(default_factory=list)  # --git-mirror: clones for the lock's git_sources
+    cache_dir: Path | None = None   # where checked git-tag sources are kept (default: the envbuilder cache)
 
 
 def default_tag(lock: LockDir, target: str) -> str:
@@ -230,6 +232,28 @@ def _import_check(c: Any, image_id: str, target: str, log: BuildLog) -> tuple[st
     return "passed", [ln for ln in check.lines if ln.startswith("import-check")]
 
 
+def _git_sources(opts: BuildOptions, lock: LockDir, prebuilt: set[str], progress: BuildProgress) -> list[Path]:
+    """The checked archives of the lock's git-tag sources that stage 2 builds (none for --target stage1, or
+    for a package the wheelhouse brings): had here, from the cache, a mirror or the network, so the image
+    build itself needs no route to the repository's host."""
+    if opts.target == "stage1":
+        return []
+    from envbuilder.kernels import gitsource
+    from envbuilder.kernels.files import cache_root
+
+    mirrors = gitsource.parse_mirrors(opts.git_mirrors)
+    out = []
+    for name, src in sorted(lock.record.git_sources.items()):
+        if name in prebuilt:
+            continue
+        got = gitsource.obtain(name, lock.record.pins[name].version, src, cache_root(opts.cache_dir), mirrors,
+                               ca_bundle=opts.ca_bundle, progress=lambda m: progress(BuildEvent("message", m.strip())))
+        progress(BuildEvent("message", f"stage 2 builds {name} {got.version} from {src.url} {src.tag} "
+                                       f"(commit {src.commit[:12]}, tree verified; {got.origin})"))
+        out.append(got.path)
+    return out
+
+
 def build_image(opts: BuildOptions, progress: BuildProgress = _no_progress) -> BuildResult:
     """Build a lock directory into an image. Reports through `progress`; prints nothing itself."""
     t0 = time.monotonic()
@@ -237,6 +261,12 @@ def build_image(opts: BuildOptions, progress: BuildProgress = _no_progress) -> B
     mode, arch_list, jobs = _check_options(opts, lock)
     ca_bundle = check_ca_bundle(opts.ca_bundle) if opts.ca_bundle is not None else None
     warnings: list[str] = []
+    wheels: list[Path] = []
+    prebuilt: list[str] = []
+    if opts.wheelhouse is not None:
+        wheels, prebuilt = wheelhouse_for_lock(opts.wheelhouse, lock.lock_sha256, lock.record.target.torch)
+    # before any engine work (a base pull may be gigabytes): the git-tag sources stage 2 builds
+    git_sources = _git_sources(opts, lock, set(prebuilt), progress)
 
     c = engine.client()
     cli = engine.buildkit_cli()
@@ -268,10 +298,7 @@ def build_image(opts: BuildOptions, progress: BuildProgress = _no_progress) -> B
     progress(BuildEvent("message", f"build {lock.row} ({mode}) -> {tag}  target={opts.target}  base={bases.builder}"
                                    f"  python={want_py} ({python_from})  jobs={jobs}  arch={arch_list or '-'}"))
 
-    wheels: list[Path] = []
-    prebuilt: list[str] = []
     if opts.wheelhouse is not None:
-        wheels, prebuilt = wheelhouse_for_lock(opts.wheelhouse, lock.lock_sha256, lock.record.target.torch)
         progress(BuildEvent("message", f"stage 2 from the wheelhouse {opts.wheelhouse}: "
                                        f"{', '.join(prebuilt) or 'nothing'}"))
     log = BuildLog()
@@ -282,8 +309,8 @@ def build_image(opts: BuildOptions, progress: BuildProgress = _no_progress) -> B
             mode=mode, builder_base=bases.builder, runtime_base=bases.runtime, python=want_py,
             python_from=python_from, arch_list=arch_list, jobs=jobs, secret_ids=tuple(secret_ids),
             stage1_skip=tuple(sorted(lock.record.stage1_deferred)),
-            wheelhouse=bool(wheels), stage2_packages=tuple(prebuilt)))
-        files = assemble(ctx, lock, dockerfile, uv, wheels)
+            wheelhouse=bool(wheels), stage2_packages=tuple(prebuilt), git_sources=bool(git_sources)))
+        files = assemble(ctx, lock, dockerfile, uv, wheels, git_sources)
         iidfile = ctx / ".iid"
         argv = [cli, "build", "--progress=plain", "--target", opts.target, "-t", tag, "--iidfile", str(iidfile),
                 *secret_argv]

@@ -44,11 +44,14 @@ class RenderValues:
     record_src: str = f"record/{record.RECORD_NAME}"
     uv_src: str = "tools/uv"
     tools_src: str = "tools/envbuilder"
+    gittree_src: str = "tools/gittree.py"  # kernels/gittree.py: the in-image git_sources.py imports it
     lockdir_arg: str | None = None       # top-level Dockerfile: ARG LOCKDIR default
     stage1_skip: tuple[str, ...] = ()    # the record's stage1_deferred: stage-2 sdists stage 1 depends on
     wheelhouse: bool = False             # stage 2 from prebuilt wheels (envbuilder wheels) in wheelhouse_src/
     wheelhouse_src: str = "wheelhouse"
     stage2_packages: tuple[str, ...] = ()  # with wheelhouse: installed from it, not compiled
+    git_sources: bool = False            # the record's git-tag sources are in git_sources_src/ (bind-mounted)
+    git_sources_src: str = "git-sources"
     extra: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -101,9 +104,11 @@ def render_dockerfile(values: RenderValues, tdir: Path | None = None) -> str:
         python=values.python, python_from=values.python_from, arch_list=values.arch_list or '""',
         nvte_archs=values.nvte_archs or '""', jobs=values.jobs, secret_ids=sorted(values.secret_ids),
         lock_src=values.lock_src, record_src=values.record_src, uv_src=values.uv_src, tools_src=values.tools_src,
+        gittree_src=values.gittree_src,
         lockdir_arg=values.lockdir_arg, stage1_skip=list(values.stage1_skip), label=IMAGE_LABELS,
         wheelhouse=values.wheelhouse, wheelhouse_src=values.wheelhouse_src,
-        stage2_packages=list(values.stage2_packages), **values.extra,
+        stage2_packages=list(values.stage2_packages), git_sources=values.git_sources,
+        git_sources_src=values.git_sources_src, **values.extra,
     )
     return "\n".join(line.rstrip() for line in text.splitlines()) + "\n"
 
@@ -111,6 +116,7 @@ def render_dockerfile(values: RenderValues, tdir: Path | None = None) -> str:
 # Paths of the top-level Dockerfile's build context: the repository root after `make setup`.
 TOPLEVEL_UV = ".venv/bin/uv"
 TOPLEVEL_TOOLS = "envbuilder/image/tools"
+TOPLEVEL_GITTREE = "envbuilder/kernels/gittree.py"
 
 
 def render_toplevel(builder_base: str, runtime_base: str, python: str = "3.12",
@@ -120,7 +126,7 @@ def render_toplevel(builder_base: str, runtime_base: str, python: str = "3.12",
         mode="hermetic", builder_base=builder_base, runtime_base=runtime_base, python=python,
         python_from="uv", arch_list=default_arch_list("12.8"), jobs=4,
         lock_src="${LOCKDIR}", record_src=f"${{LOCKDIR}}/{record.RECORD_NAME}", uv_src=TOPLEVEL_UV,
-        tools_src=TOPLEVEL_TOOLS, lockdir_arg=lockdir,
+        tools_src=TOPLEVEL_TOOLS, gittree_src=TOPLEVEL_GITTREE, lockdir_arg=lockdir,
     )
     return render_dockerfile(values, tdir)
 

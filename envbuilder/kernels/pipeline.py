@@ -25,6 +25,7 @@ from typing import Any
 from envbuilder.atomic import guard_output_dir, promote_dir, staging_dir, write_atomic
 from envbuilder.errors import ArchMismatchError, InvalidOptionError, LockDirError
 from envbuilder.kernels import cache as wcache
+from envbuilder.kernels import gitsource
 from envbuilder.kernels.archs import ArchList, ObjectArchs, check_archs, find_cuobjdump, object_archs
 from envbuilder.kernels.build import run_build
 from envbuilder.kernels.cache import BuildKey
@@ -69,6 +70,7 @@ class WheelsOptions:
     packages: list[str] = field(default_factory=list)  # a subset of the stage-2 packages
     sdist_dir: Path | None = None       # offline: sdists found here by file name (a bundle's files/)
     parallel: int = 1                   # packages compiled at once; the cores are shared among them
+    git_mirrors: list[str] = field(default_factory=list)  # --git-mirror: clones for the lock's git_sources
 
 
 @dataclass
@@ -162,7 +164,15 @@ def wheelhouse_for_lock(path: Path, lock_sha256: str, torch: str | None) -> tupl
     return wh.verified_wheels(path), wh.names
 
 
-def _sdist_for(name: str, files: LockedFiles, opts: WheelsOptions, cache: Path, progress: Progress) -> tuple[Path, str]:
+def _sdist_for(name: str, files: LockedFiles, opts: WheelsOptions, cache: Path, progress: Progress,
+               record: LockRecord) -> tuple[Path, str]:
+    """The source to build and its sha256 (the cache key's): the locked sdist, or for a pin the record builds
+    from its git tag, the tag's files packed deterministically (gittree.pack), their tree recomputed."""
+    git = record.git_sources.get(name)
+    if git is not None:
+        got = gitsource.obtain(name, files.version, git, cache, gitsource.parse_mirrors(opts.git_mirrors),
+                               [opts.sdist_dir] if opts.sdist_dir is not None else [], opts.ca_bundle, progress)
+        return got.path, got.sha256
     if files.sdist is None:
         raise LockDirError(f"{name} {files.version}: the lock names no sdist for it (source {files.source})",
                            "stage-2 packages are built from the sdists uv.lock records; re-lock with --source pypi")
@@ -317,7 +327,7 @@ def build_one(name: str, files: LockedFiles, ctx: BuildContext) -> PackageReport
 def plan_build(name: str, files: LockedFiles, ctx: BuildContext, work: Path) -> BuildPlan:
     """Fetch and unpack the sdist, count its CUDA sources, set its arch knobs (or patch literal gencodes),
     and work out the cache key."""
-    sdist, sdist_sha = _sdist_for(name, files, ctx.opts, ctx.cache, ctx.progress)
+    sdist, sdist_sha = _sdist_for(name, files, ctx.opts, ctx.cache, ctx.progress, ctx.record)
     src = unpack_sdist(sdist, work / "src")
     n_cuda, n_cu = device_sources(name, files.version, sdist)
     skip_var = _fact_str(ctx.matrix, name, "skip_cuda_build_env")

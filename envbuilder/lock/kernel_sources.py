@@ -5,10 +5,15 @@ package that imports fine and has no kernels, so the lock stops there, naming th
 the ways out. Pins installed from git (--source git) build from the tag's full tree and are
 not checked; packages that uv locked with a wheel are not built at all.
 
-A pin the user asked for (--set) is refused outright. A pin that comes from the row itself (NeMo
-v2.0-v2.4 pin mamba-ssm / causal-conv1d releases whose PyPI sdists lack their kernels) still locks,
-so `envbuilder lock --nemo v2.3.0` works, but never silently: it is warned about, recorded in the
-record's `kernel_less`, and `build` / `wheels` refuse it with the same fix.
+NeMo v2.0-v2.5 pin mamba-ssm / causal-conv1d releases whose PyPI sdists lack their kernels (NeMo's
+own container recipes build them from their git tags for that reason). Such a pin is decided in
+this order, and never installed silently:
+  1. the matrix records the version's repository tag (build_packages.toml git_repo / git_tags: the
+     tag, its commit and its tree): the record's `git_sources` says so, and stage 2 (`wheels`,
+     `bundle`, `build`) builds the tag's files, recomputing their tree, instead of the sdist;
+  2. else a pin from the row still locks, recorded in `kernel_less` with a warning, and `build` /
+     `wheels` refuse it with the ways out;
+  3. else (a --set pin) the lock is refused.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from pathlib import Path
 
 from envbuilder.errors import NoCudaSourcesError, SdistFetchError
 from envbuilder.lock.metadata import compare, derive_requires, install_requires, pkg_info_requires
+from envbuilder.lock.record import GitSource
 from envbuilder.lock.sdist import SdistContents, fetch_sdist, read_sdist
 from envbuilder.lock.uvlock import LockedPackage
 from envbuilder.matrix.model import Matrix
@@ -51,11 +57,13 @@ def check_kernel_sources(res: Resolution, locked: list[LockedPackage], ca_bundle
                          progress: Callable[[str], None] = lambda _: None,
                          fetch: Callable[[str, str | None, Path | None], Path] = fetch_sdist,
                          matrix: Matrix | None = None,
-                         kernel_less: list[str] | None = None) -> list[KernelSourceCheck]:
+                         kernel_less: list[str] | None = None,
+                         git_sources: dict[str, GitSource] | None = None) -> list[KernelSourceCheck]:
     """Check each stage-2 pin that uv locked as an sdist from the index (no usable wheel).
 
-    With `kernel_less` (a list to fill), a kernel-less pin that came from the row is appended there
-    with a warning instead of raising; a --set pin always raises."""
+    With `git_sources` (a dict to fill) and a matrix, a kernel-less pin whose tag the matrix records
+    is entered there. With `kernel_less` (a list to fill), any other kernel-less pin that came from
+    the row is appended there with a warning instead of raising; a --set pin always raises."""
     by_name = {p.name: p for p in locked}
     checked: list[KernelSourceCheck] = []
     for pin in res.stage(2):
@@ -75,6 +83,13 @@ def check_kernel_sources(res: Resolution, locked: list[LockedPackage], ca_bundle
                      f"(cannot download {pkg.sdist_url}: {exc}); lock again online to check it")
             continue
         contents = read_sdist(path)
+        if not contents.cuda_sources and git_sources is not None and matrix is not None:
+            src = git_source_for(matrix, pin.name, pkg.version, contents)
+            if src is not None:
+                progress(f"{pin.name} {pkg.version}: {src.reason}; stage 2 builds it from {src.url} {src.tag} "
+                         f"(commit {src.commit[:12]})")
+                git_sources[pin.name] = src
+                continue
         if not contents.cuda_sources and kernel_less is not None and not pin.provenance.startswith("override:"):
             try:
                 require_cuda_sources(pin.name, pkg.version, contents)
@@ -88,6 +103,18 @@ def check_kernel_sources(res: Resolution, locked: list[LockedPackage], ca_bundle
         if matrix is not None:
             _check_table(matrix, res, pin.name, pkg.version, contents, progress)
     return checked
+
+
+def git_source_for(matrix: Matrix, name: str, version: str, contents: SdistContents) -> GitSource | None:
+    """The repository tag to build a kernel-less pin from, when the matrix records it."""
+    bp = matrix.build_packages.get(name)
+    tag = bp.git_tag(version) if bp is not None else None
+    if bp is None or tag is None:
+        return None
+    force = bp.get("force_build_env")
+    return GitSource(url=tag.url, tag=tag.tag, commit=tag.commit, tree=tag.tree, source=tag.source,
+                     reason=f"its PyPI sdist {contents.filename} holds no CUDA sources ({len(contents.files)} files)",
+                     force_build_env=str(force.value) if force is not None and force.known else None)
 
 
 def _check_table(matrix: Matrix, res: Resolution, name: str, version: str, contents: SdistContents,

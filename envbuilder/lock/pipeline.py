@@ -25,7 +25,7 @@ from envbuilder.errors import EnvbuilderError, LockOutOfDateError, NetworkError,
 from envbuilder.lock.interpreter import interpreter_for, own_interpreter, uv_lacked_interpreter
 from envbuilder.lock.kernel_sources import check_kernel_sources, derive_uncovered
 from envbuilder.lock.platform import check_platform, fetch_release_files, find_constraint, source_builds, target_tags
-from envbuilder.lock.record import RECORD_NAME, LockRecord, build_record, source_date_epoch
+from envbuilder.lock.record import RECORD_NAME, GitSource, LockRecord, build_record, source_date_epoch
 from envbuilder.lock.reuse import UvLockRun, lock_offline_first, reusable_constraints, seed_from
 from envbuilder.lock.uvlock import LockedPackage, read_uv_lock, stage1_closure, stage1_packages
 from envbuilder.lock.uvrun import uv_version
@@ -310,7 +310,9 @@ def _lock_into(matrix: Matrix, req: ResolveRequest, opts: LockOptions, res: Reso
         locked = read_uv_lock(staging / "uv.lock")
         t = time.monotonic()
         kernel_less: list[str] = []
-        check_kernel_sources(res, locked, opts.ca_bundle, progress, matrix=matrix, kernel_less=kernel_less)
+        git_sources: dict[str, GitSource] = {}
+        check_kernel_sources(res, locked, opts.ca_bundle, progress, matrix=matrix, kernel_less=kernel_less,
+                             git_sources=git_sources)
         timings["kernel_sources"] = time.monotonic() - t
         root = tomllib_name(staging / "pyproject.toml")
         # a stage-2 sdist pulled in by stage 1 (nemo-toolkit 2.0/2.1 [all] requires mamba-ssm) would be
@@ -322,7 +324,8 @@ def _lock_into(matrix: Matrix, req: ResolveRequest, opts: LockOptions, res: Reso
         python, builds = _choose_target_python(res, req, locked, root, progress)
         record = build_record(res, req, staging, uv_version() or "unknown", constraints, local_rel,
                               [str(p) for p in opts.find_links if p.is_dir()], deferred,
-                              target_python=python, source_builds=builds, kernel_less=kernel_less)
+                              target_python=python, source_builds=builds, kernel_less=kernel_less,
+                              git_sources=git_sources)
         write_atomic(staging / RECORD_NAME, record.to_json())
         # `uv sync` in the lock directory picks the interpreter the record targets
         write_atomic(staging / PYTHON_VERSION_NAME, f"{python}\n")

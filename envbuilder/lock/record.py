@@ -40,7 +40,7 @@ LABEL_IMAGE_ID = "io.envbuilder.image-id"
 
 __all__ = [
     "LABEL_IMAGE_ID", "LABEL_LOCK_SHA256", "LABEL_MODE", "LABEL_ROW", "LABEL_SOURCE_DATE", "LABEL_STAGE",
-    "LABEL_VERSION", "RECORD_NAME", "SCHEMA", "LockRecord", "LockTarget", "PinRecord", "build_record",
+    "LABEL_VERSION", "RECORD_NAME", "SCHEMA", "GitSource", "LockRecord", "LockTarget", "PinRecord", "build_record",
     "dumps_record", "read_record", "sha256_file", "source_date_epoch",
 ]
 
@@ -92,6 +92,36 @@ class PinRecord:
 
 
 @dataclass(frozen=True)
+class GitSource:
+    """A stage-2 pin built from its repository's tag instead of its PyPI sdist (which ships no kernels).
+
+    uv.lock keeps the PyPI pin (its metadata resolves the rest of the lock); stage 2 builds the tag's
+    files. `tree` is what a build recomputes from the files it gets (a mirror, a bundle, a download),
+    `commit` is the tag's commit that holds that tree, `source` cites both.
+    """
+
+    url: str
+    tag: str
+    commit: str
+    tree: str
+    source: str
+    reason: str
+    #: the package's own switch that stops its setup.py from downloading a prebuilt wheel
+    force_build_env: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+    def archive_name(self, package: str) -> str:
+        """The file name of this source as an archive (bundles, build contexts, caches)."""
+        return f"{package}-{self.tag}-git{self.commit[:12]}.tar.gz"
+
+    def archive_prefix(self, package: str, version: str) -> str:
+        """The one top-level directory inside that archive, sdist-like."""
+        return f"{package}-{version}"
+
+
+@dataclass(frozen=True)
 class LockRecord:
     """The parsed envbuilder.lock.json. `to_json(from_json(text)) == text` for every record we write."""
 
@@ -122,9 +152,12 @@ class LockRecord:
     # stage-2 pins of the row whose sdist ships no CUDA sources: locked (so the row still locks and
     # syncs), warned about, and refused by build/wheels until the user picks a way out
     kernel_less: list[str] = dataclasses.field(default_factory=list)
+    # stage-2 pins of the row whose PyPI sdist ships no CUDA sources and whose repository tag the matrix
+    # records: stage 2 builds them from that tag (see GitSource), never from the kernel-less sdist
+    git_sources: dict[str, GitSource] = dataclasses.field(default_factory=dict)
 
     #: fields written only when they hold something, so records without them keep their bytes
-    OPTIONAL_FIELDS: ClassVar[frozenset[str]] = frozenset({"kernel_less"})
+    OPTIONAL_FIELDS: ClassVar[frozenset[str]] = frozenset({"kernel_less", "git_sources"})
 
     # ---- serialisation -------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -137,6 +170,8 @@ class LockRecord:
                 value = dataclasses.asdict(value)
             elif f.name == "pins":
                 value = {name: pin.to_dict() for name, pin in sorted(value.items())}
+            elif f.name == "git_sources":
+                value = {name: src.to_dict() for name, src in sorted(value.items())}
             out[f.name] = value
         return out
 
@@ -166,6 +201,7 @@ class LockRecord:
             kwargs = dict(data)
             kwargs["target"] = LockTarget(**data["target"])
             kwargs["pins"] = {name: PinRecord(**pin) for name, pin in data["pins"].items()}
+            kwargs["git_sources"] = {name: GitSource(**src) for name, src in data.get("git_sources", {}).items()}
             return cls(**kwargs)
         except (TypeError, AttributeError) as exc:
             raise LockDirError(f"{where}: malformed lock record ({exc})", "re-run envbuilder lock") from exc
@@ -261,7 +297,8 @@ def build_record(res: Resolution, req: ResolveRequest, lockdir: Path, uv_version
                  constraints_added: list[dict[str, str]], local_wheels: dict[str, str],
                  find_links_used: list[str], stage1_deferred: list[str] | None = None,
                  target_python: str | None = None, source_builds: dict[str, list[str]] | None = None,
-                 kernel_less: list[str] | None = None) -> LockRecord:
+                 kernel_less: list[str] | None = None,
+                 git_sources: dict[str, GitSource] | None = None) -> LockRecord:
     files = {name: sha256_file(lockdir / name) for name in ("pyproject.toml", "uv.lock")}
     for rel in sorted(local_wheels.values()):
         files[rel] = sha256_file(lockdir / rel)
@@ -306,6 +343,7 @@ def build_record(res: Resolution, req: ResolveRequest, lockdir: Path, uv_version
         stage2_env=res.stage2_env,
         warnings=list(res.warnings),
         kernel_less=sorted(kernel_less or []),
+        git_sources=dict(sorted((git_sources or {}).items())),
         notes=[{"severity": n.severity, "text": n.text, "source": n.source} for n in res.notes],
         exclude_newer=res.exclude_newer,
         source_date_epoch=source_date_epoch(res.exclude_newer),

@@ -178,6 +178,24 @@ def _check_by_version(v: Any) -> str | None:
     return None
 
 
+_OBJECT_ID = re.compile(r"[0-9a-f]{40}")
+
+
+def _check_git_tags(v: Any) -> str | None:
+    if not isinstance(v, list):
+        return "must be a list of { version, tag, commit, tree }"
+    for entry in v:
+        if not isinstance(entry, dict) or set(entry) != {"version", "tag", "commit", "tree"}:
+            return "each entry has exactly version, tag, commit and tree"
+        problem = _check_version(entry["version"])
+        if problem:
+            return problem
+        for key in ("commit", "tree"):
+            if not _OBJECT_ID.fullmatch(str(entry[key])):
+                return f"{key} '{entry[key]}' is not a full 40-hex git object id"
+    return None
+
+
 def _check_sm(v: Any) -> str | None:
     return None if re.fullmatch(r"\d+\.\d+", str(v)) else f"'{v}' is not a compute capability (like '9.0')"
 
@@ -375,6 +393,7 @@ BUILD_FACTS: dict[str, Check] = {
     "sdist_only": _check_bool, "imports_torch_at_build": _check_bool, "force_build_env": _check_str,
     "skip_cuda_build_env": _check_str, "prebuilt_wheel_url": _check_str, "requires_dist": _check_list,
     "build_requires": _check_list, "min_sm": _check_sm, "requires_dist_by_version": _check_by_version,
+    "git_repo": _check_str, "git_tags": _check_git_tags,
 }
 
 

@@ -239,12 +239,35 @@ class TransformerEngineInfo:
 
 
 @dataclass(frozen=True)
+class GitTag:
+    """A release tag of a kernel package's repository, as the repository itself names it."""
+
+    version: str   # the PyPI version the tag releases
+    tag: str
+    commit: str    # the tag's commit (40 hex), `git rev-parse TAG^{commit}`
+    tree: str      # that commit's tree (40 hex): what a build from the tag's files recomputes
+    url: str       # the repository (git_repo)
+    source: str    # the citation of the tag facts
+
+
+@dataclass(frozen=True)
 class BuildPackage:
     name: str
     facts: dict[str, Fact]
 
     def get(self, key: str) -> Fact | None:
         return self.facts.get(key)
+
+    def git_tag(self, version: str) -> GitTag | None:
+        """The repository tag of this exact version (git_tags), when the matrix records one."""
+        repo, tags = self.facts.get("git_repo"), self.facts.get("git_tags")
+        if repo is None or tags is None or not repo.known or not tags.known:
+            return None
+        for entry in tags.value:
+            if str(entry["version"]) == version:
+                return GitTag(version, str(entry["tag"]), str(entry["commit"]), str(entry["tree"]),
+                              str(repo.value), f"{tags.source}; repository: {repo.source}")
+        return None
 
     def requires_dist(self, version: str) -> list[str]:
         """Runtime Requires-Dist of this version: the matching requires_dist_by_version entry,

@@ -94,10 +94,15 @@ def test_buildlog_finds_failing_step_tail_and_advice() -> None:
 
 def test_stage2_env_exports_are_shell_safe() -> None:
     lines = stage2_env.export_lines({"stage2_env": {"B": "x y'z", "A": "TRUE"}})
-    assert lines == ["export A=TRUE", "export B='x y'\"'\"'z'"]
+    assert lines == ["export A=TRUE", "export B='x y'\"'\"'z'", "export ENVBUILDER_STAGE2_SKIP=''"]
     out = subprocess.run(["sh", "-c", "eval \"$1\"; printf %s \"$B\"", "sh", "\n".join(lines)],
                          capture_output=True, text=True, check=True).stdout
     assert out == "x y'z"
+    # the pins stage 2 builds from their git tags: uv sync must not build their kernel-less sdists
+    lines = stage2_env.export_lines({"stage2_env": {}, "git_sources": {"mamba-ssm": {}, "causal-conv1d": {}}})
+    out = subprocess.run(["sh", "-c", "eval \"$1\"; printf '%s|' $ENVBUILDER_STAGE2_SKIP", "sh", "\n".join(lines)],
+                         capture_output=True, text=True, check=True).stdout
+    assert out == "--no-install-package|causal-conv1d|--no-install-package|mamba-ssm|"
     with pytest.raises(SystemExit):
         stage2_env.export_lines({"stage2_env": {"A;rm -rf /": "1"}})
 

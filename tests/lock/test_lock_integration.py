@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -64,7 +65,8 @@ def test_cli_lock_check_exit_code(tmp_path: Path) -> None:
 def test_nemo_row_locks_stage2_from_metadata_records_without_building(tmp_path: Path) -> None:
     m = load_matrix(REPO / "matrices")
     # v2.7.0: every stage-2 sdist it pins ships CUDA sources (v2.3.0's mamba-ssm 2.2.0 / causal-conv1d
-    # 1.2.2.post1 do not, and no release before its cutoff does: see test_kernel_less_row_pins_lock_but_never_build)
+    # 1.2.2.post1 do not, and no release before its cutoff does: see
+    # test_kernel_less_row_pins_build_from_their_git_tags)
     res = run_lock(m, ResolveRequest(row="v2.7.0"), LockOptions(output=tmp_path / "lk", verbose_uv=True))
     stage2 = res.record.stage2_packages
     assert {"transformer-engine-torch", "flash-attn", "mamba-ssm"} <= set(stage2)
@@ -87,24 +89,36 @@ def test_nemo_row_locks_stage2_from_metadata_records_without_building(tmp_path: 
     assert res.record.exclude_newer and res.record.files["uv.lock"] == res.record.lock_sha256
 
 
-def test_kernel_less_row_pins_lock_but_never_build(tmp_path: Path) -> None:
-    """v2.3.0 pins PyPI's mamba-ssm 2.2.0 / causal-conv1d 1.2.2.post1, whose sdists have no csrc/.
-    `lock --nemo v2.3.0` (the README's main job) still works, but never silently: the record names
-    them as kernel-less and `build` refuses before any engine work; a --set pin of one is refused."""
+def test_kernel_less_row_pins_build_from_their_git_tags(tmp_path: Path) -> None:
+    """v2.3.0 pins PyPI's mamba-ssm 2.2.0 / causal-conv1d 1.2.2.post1, whose sdists have no csrc/. The
+    decision (README "Quick start"): `lock --nemo v2.3.0` records the repositories' tags (commit and tree,
+    cited from the matrix) as git_sources, nothing as kernel_less, so `build` does not refuse the row: it goes
+    on to fetch the tags (here with every route closed: exit 118 naming them, before any engine work). A
+    --set pin of a kernel-less version whose tag the matrix does not record is still refused."""
     out = tmp_path / "lk"
     proc = subprocess.run([sys.executable, "-m", "envbuilder", "lock", "--nemo", "v2.3.0", "--no-detect",
                            "-o", str(out)], capture_output=True, text=True, cwd=REPO, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "holds no CUDA sources" in proc.stderr and "--set mamba-ssm==none" in proc.stderr
+    assert "holds no CUDA sources" in proc.stderr and "stage 2 builds it from" in proc.stderr
     record = json.loads((out / "envbuilder.lock.json").read_text())
-    assert record["kernel_less"] == ["causal-conv1d", "mamba-ssm"]
+    assert "kernel_less" not in record
+    assert {k: (v["tag"], v["commit"]) for k, v in record["git_sources"].items()} == {
+        "causal-conv1d": ("v1.2.2.post1", "de688f7650aafee4804ffa0875c9c92054d737c4"),
+        "mamba-ssm": ("v2.2.0", "95a2041e7b046df49b23cd3091309c8b464e50f2")}
+    # uv.lock keeps the PyPI pins (their metadata resolved the lock)
+    locked = {p.name: p.version for p in read_uv_lock(out / "uv.lock")}
+    assert locked["mamba-ssm"] == "2.2.0" and locked["causal-conv1d"] == "1.2.2.post1"
+    closed = {**os.environ, "ENVBUILDER_CACHE_DIR": str(tmp_path / "cache"), "ENVBUILDER_GIT_MIRRORS": "",
+              "HTTPS_PROXY": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9"}
     build = subprocess.run([sys.executable, "-m", "envbuilder", "build", str(out), "--tag", "envbuilder-test/kl:x"],
-                           capture_output=True, text=True, cwd=REPO, timeout=300)
-    assert build.returncode == 62 and "without CUDA sources" in build.stderr and "Traceback" not in build.stderr
+                           capture_output=True, text=True, cwd=REPO, timeout=300, env=closed)
+    assert build.returncode == 118, build.stderr[-2000:]
+    assert "state-spaces/mamba" in build.stderr or "causal-conv1d" in build.stderr
+    assert "--git-mirror" in build.stderr and "Traceback" not in build.stderr
     m = load_matrix(REPO / "matrices")
     explicit = tmp_path / "explicit"
     with pytest.raises(NoCudaSourcesError) as err:
-        run_lock(m, ResolveRequest(row="v2.3.0", overrides=(("mamba-ssm", "2.2.0"),)), LockOptions(output=explicit))
+        run_lock(m, ResolveRequest(row="v2.3.0", overrides=(("mamba-ssm", "2.2.1"),)), LockOptions(output=explicit))
     assert "holds no CUDA sources" in err.value.cause and not explicit.exists()
 
 

@@ -47,6 +47,22 @@ def test_round_trip_keeps_bytes(tmp_path: Path) -> None:
     assert read_record(tmp_path) == rec and LockRecord.from_lockdir(tmp_path).target.python_minor == "3.12"
 
 
+def test_git_sources_round_trip_and_are_strict(tmp_path: Path) -> None:
+    """A record with git-tag sources keeps its bytes; a record without them has no such key (older records
+    keep theirs); a git source with a field this envbuilder does not know is refused."""
+    plain = json.loads(_record(tmp_path).to_json())
+    assert "git_sources" not in plain
+    src = {"url": "https://github.com/state-spaces/mamba.git", "tag": "v2.2.0", "commit": "95a2041e" + "0" * 32,
+           "tree": "5bbfcaf1" + "0" * 32, "source": "test", "reason": "test", "force_build_env": "MAMBA_FORCE_BUILD"}
+    text = json.dumps({**plain, "git_sources": {"mamba-ssm": src}}, indent=2, sort_keys=True)
+    rec = LockRecord.from_json(text)
+    assert rec.git_sources["mamba-ssm"].commit == src["commit"]
+    assert rec.git_sources["mamba-ssm"].archive_name("mamba-ssm") == "mamba-ssm-v2.2.0-git95a2041e0000.tar.gz"
+    assert LockRecord.from_json(rec.to_json()) == rec
+    with pytest.raises(LockDirError, match="malformed"):
+        LockRecord.from_dict({**plain, "git_sources": {"mamba-ssm": {**src, "branch": "main"}}})
+
+
 @pytest.mark.parametrize("schema", [None, 0, 2, "1"])
 def test_unknown_or_missing_schema_is_a_typed_error(tmp_path: Path, schema: object) -> None:
     data = json.loads(_record(tmp_path).to_json())

@@ -153,3 +153,47 @@ def test_offline_check_warns_instead_of_passing_silently(tmp_path: Path) -> None
     out = check_kernel_sources(_res_with_stage2("mamba-ssm", "2.2.0"), [pkg], progress=said.append,  # type: ignore[arg-type]
                                fetch=lambda u, s, c: fetch_sdist(u, s, c, cache=tmp_path / "c"))
     assert out == [] and any("not checked for CUDA sources" in m for m in said)
+
+
+def test_kernel_less_pin_with_a_recorded_tag_builds_from_git(tmp_path: Path) -> None:
+    """The decision for v2.0-v2.5's Mamba pins: the matrix records the tag (commit and tree, cited), so the
+    record says stage 2 builds the tag instead of the kernel-less sdist; a version without a recorded tag
+    stays kernel-less (refused by build/wheels)."""
+    from envbuilder.matrix import load_matrix
+
+    matrix = load_matrix()
+
+    def fetch(url: str, sha: str | None, ca: Path | None) -> Path:
+        return fetch_sdist(url, sha, ca, cache=tmp_path / "cache")
+
+    def pkg(version: str) -> LockedPackage:
+        bad = make_sdist(tmp_path, "mamba_ssm", version, {"setup.py": b"", "mamba_ssm/__init__.py": b""})
+        return LockedPackage("mamba-ssm", version, {"registry": "https://pypi.org/simple"}, (), True,
+                             sdist_url=bad.as_uri(), sdist_sha256=hashlib.sha256(bad.read_bytes()).hexdigest())
+
+    said: list[str] = []
+    kernel_less: list[str] = []
+    git_sources: dict[str, object] = {}
+    row_pin = _res_with_stage2("mamba-ssm", "2.2.0", provenance="matrix:nemo.toml#v2.3.0.mamba_ssm")
+    check_kernel_sources(row_pin, [pkg("2.2.0")], progress=said.append, fetch=fetch,  # type: ignore[arg-type]
+                         matrix=matrix, kernel_less=kernel_less, git_sources=git_sources)  # type: ignore[arg-type]
+    assert kernel_less == [] and list(git_sources) == ["mamba-ssm"]
+    src = git_sources["mamba-ssm"]
+    assert (src.url, src.tag, src.commit, src.tree, src.force_build_env) == (  # type: ignore[attr-defined]
+        "https://github.com/state-spaces/mamba.git", "v2.2.0", "95a2041e7b046df49b23cd3091309c8b464e50f2",
+        "5bbfcaf13e57ca4b69f850a5f193bc0d4372a0cb", "MAMBA_FORCE_BUILD")
+    assert "NVIDIA/NeMo:reinstall.sh@v2.3.0" in src.source  # type: ignore[attr-defined]
+    assert any("stage 2 builds it from https://github.com/state-spaces/mamba.git v2.2.0" in m for m in said)
+    # a --set pin of a version whose tag is recorded builds from it too
+    set_pin = _res_with_stage2("mamba-ssm", "2.2.2", provenance="override:--set mamba-ssm==2.2.2")
+    git_sources.clear()
+    check_kernel_sources(set_pin, [pkg("2.2.2")], fetch=fetch, matrix=matrix,  # type: ignore[arg-type]
+                         kernel_less=[], git_sources=git_sources)  # type: ignore[arg-type]
+    assert git_sources["mamba-ssm"].tag == "v2.2.2"  # type: ignore[attr-defined]
+    # no recorded tag (2.2.1): the row's pin is kernel-less, as before
+    kernel_less.clear()
+    git_sources.clear()
+    check_kernel_sources(_res_with_stage2("mamba-ssm", "2.2.1", provenance="matrix:x"), [pkg("2.2.1")],
+                         fetch=fetch, matrix=matrix, kernel_less=kernel_less,  # type: ignore[arg-type]
+                         git_sources=git_sources)  # type: ignore[arg-type]
+    assert kernel_less == ["mamba-ssm"] and git_sources == {}

@@ -48,6 +48,32 @@ def test_every_real_fact_has_a_source(repo_root: Path) -> None:
         assert t.cuda_variants.source.strip() and t.cxx11_abi.source.strip()
 
 
+def test_build_package_facts_cite_and_git_tags_name_the_components_repository(repo_root: Path) -> None:
+    from envbuilder.resolve.components import BY_NAME
+
+    m = load_matrix(repo_root / "matrices")
+    for bp in m.build_packages.values():
+        for key, fact in bp.facts.items():
+            assert SOURCE_RE.match(fact.source), f"{bp.name}.{key}: source {fact.source!r} is not a URL/repo ref"
+        repo = bp.get("git_repo")
+        if repo is not None:  # --source git and the git-tag builds of kernel-less pins name one repository
+            assert repo.value == BY_NAME[bp.name].git_url, bp.name
+    tag = m.build_packages["mamba-ssm"].git_tag("2.2.0")
+    assert tag is not None and tag.tag == "v2.2.0" and len(tag.commit) == len(tag.tree) == 40
+    assert m.build_packages["mamba-ssm"].git_tag("2.2.5") is None  # its sdist ships the kernels
+
+
+def test_git_tags_are_checked(tmp_path: Path, repo_root: Path) -> None:
+    import shutil
+
+    d = tmp_path / "m"
+    shutil.copytree(repo_root / "matrices", d)
+    f = d / "build_packages.toml"
+    f.write_text(f.read_text().replace('commit = "95a2041e7b046df49b23cd3091309c8b464e50f2"', 'commit = "95a2041e"'))
+    with pytest.raises(MatrixFileError, match="not a full 40-hex git object id"):
+        load_matrix(d)
+
+
 def test_v2_4_0_prefers_v2_4_1_when_present(repo_root: Path) -> None:
     m = load_matrix(repo_root / "matrices")
     row = m.find_release("v2.4.0")

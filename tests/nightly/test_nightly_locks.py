@@ -53,3 +53,22 @@ def test_status_from_lock_all_json(tmp_path: Path) -> None:
     md = render_status(rows)
     assert "1 of 2 rows locked" in md and "| v2.7.3 | `abababababab` |" in md
     assert "| v2.0.0 | 62 | no / kernels | use --source git |" in md
+
+
+def test_no_committed_lock_is_kernel_less_and_git_sources_are_the_matrix_tags() -> None:
+    """The decision for kernel-less PyPI sdists, on every committed row: each such pin builds from its
+    repository's tag (the matrix's commit and tree), none is left kernel-less."""
+    from envbuilder.lock.record import LockRecord
+    from envbuilder.matrix import load_matrix
+
+    m = load_matrix()
+    built_from_git = 0
+    for d in sorted(p for p in LOCKS.iterdir() if p.is_dir()):
+        record = LockRecord.from_lockdir(d)
+        assert record.kernel_less == [], f"{d.name}: {record.kernel_less} would install without kernels"
+        for name, src in record.git_sources.items():
+            tag = m.build_packages[name].git_tag(record.pins[name].version)
+            assert tag is not None and (src.url, src.tag, src.commit, src.tree) == (tag.url, tag.tag, tag.commit,
+                                                                                  tag.tree), f"{d.name}: {name}"
+            built_from_git += 1
+    assert built_from_git >= 2  # v2.3.0's mamba-ssm and causal-conv1d at least

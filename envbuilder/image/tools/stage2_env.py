@@ -1,6 +1,8 @@
 """The lock record's stage-2 build environment, for the image build.
 
-    stage2_env.py envbuilder.lock.json              -> `export VAR='value'` lines (eval them)
+    stage2_env.py envbuilder.lock.json              -> `export VAR='value'` lines (eval them), and
+                                                       ENVBUILDER_STAGE2_SKIP: `--no-install-package NAME` for
+                                                       each pin built from its git tag (git_sources.py)
     stage2_env.py --cache-key envbuilder.lock.json  -> a short key for the stage-2 uv cache
 
 Runs inside the image build, so the Dockerfile stays the same for every lock: the variables come
@@ -34,6 +36,9 @@ def export_lines(record: dict[str, Any]) -> list[str]:
         if not _NAME.match(name):
             raise SystemExit(f"stage2_env: {name!r} is not a valid variable name")
         lines.append(f"export {name}={shlex.quote(str(env[name]))}")
+    # uv.lock names the kernel-less PyPI sdist of a pin built from its git tag: uv must never build that one
+    skip = " ".join(f"--no-install-package {shlex.quote(n)}" for n in sorted(record.get("git_sources") or {}))
+    lines.append(f"export ENVBUILDER_STAGE2_SKIP={shlex.quote(skip)}")
     return lines
 
 
