@@ -37,7 +37,7 @@ def test_every_certify_target_kind_has_a_class(tmp_path: Path) -> None:
 
     assert tuple(TARGET_CLASSES) == CERTIFY_TARGETS
     here = make_target("in-place")
-    assert here.on_host and here.artifact() == {"kind": "in-place"}
+    assert here.on_host and here.artifact().to_dict() == {"kind": "in-place"}
     argv, env, cleanup = here.command(["--level=0"], tmp_path, tmp_path, gpus=False)
     assert argv[:3] == [sys.executable, "-m", "envbuilder.certify"] and cleanup == []
     assert env["PYTHONPATH"].split(":")[0] == str(Path(__file__).resolve().parent.parent)
@@ -50,7 +50,7 @@ def test_every_certify_target_kind_has_a_class(tmp_path: Path) -> None:
     with pytest.raises(CertifyEnvironmentError, match="does not exist"):
         sqsh.artifact()
     (tmp_path / "a.sqsh").write_bytes(b"x")
-    assert sqsh.artifact()["sha256"] == "2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881"
+    assert sqsh.artifact().sha256 == "2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881"
     assert sqsh.lock_label() is None and sqsh.lock_inside(tmp_path) is None
     with pytest.raises(CertifyEnvironmentError, match="unknown target kind"):
         make_target("vm", "x")

@@ -12,9 +12,9 @@ Layout (pipeline order):
     level0     -> drift, imports, torch build facts         (no GPU)
     level1     -> driver, arch, kernels, GEMM, tiny pretrain (1 GPU)
     level2     -> NCCL bandwidth, parallel variants          (>=2 GPUs)
+    certificate-> the certificate record (Certificate, CheckResult): written here, read by report/nightly
     report     -> certificate JSON + Markdown report + SVG loss curves
 """
 
-CERT_SCHEMA = 1
 CERT_NAME = "certificate.json"
 REPORT_NAME = "report.md"

@@ -12,8 +12,9 @@ import tempfile
 from pathlib import Path
 
 from envbuilder.certify import CERT_NAME
-from envbuilder.certify.expect import load_expectations
-from envbuilder.certify.result import FAIL, PASS, SKIPPED, Check
+from envbuilder.certify.expect import Expectations, load_expectations
+from envbuilder.certify.result import FAIL, PASS, SKIPPED, CheckResult, Stopwatch
+from envbuilder.errors import EnvbuilderError
 
 EXIT_FAILED = 50
 GROUPS = ("drift", "imports", "torch-build", "driver", "arch", "kernels", "gemm", "pretrain", "mcore", "nemo",
@@ -41,11 +42,11 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def run_checks(a: argparse.Namespace, workdir: Path) -> tuple[list[Check], dict, str | None]:
+def run_checks(a: argparse.Namespace, exp: Expectations, workdir: Path
+               ) -> tuple[list[CheckResult], dict, str | None]:
     from envbuilder.certify.gpu import check_arch, check_driver, check_gemm, gpu_facts
     from envbuilder.certify.level0 import run_level0
 
-    exp = load_expectations(a.expect)
     only = {g.strip() for g in a.only.split(",") if g.strip()} or None
     unknown = (only or set()) - set(GROUPS)
     if unknown:
@@ -61,13 +62,14 @@ def run_checks(a: argparse.Namespace, workdir: Path) -> tuple[list[Check], dict,
     except Exception:
         torch_version = None
     facts = gpu_facts() if torch_version else {"driver": None, "gpus": [], "count": 0}
-    checks = run_level0(exp, only & {"drift", "imports", "torch-build"} if only else None,
-                        gpu_visible=facts["count"] > 0)
+    watch = Stopwatch()  # each check's duration; those a group timed itself keep their own
+    checks = [watch.stamp(c) for c in run_level0(exp, only & {"drift", "imports", "torch-build"} if only else None,
+                                                 gpu_visible=facts["count"] > 0)]
     for c in checks:
         log(f"  {c.status:13s} {c.name}")
 
-    def add(c: Check) -> None:
-        checks.append(c)
+    def add(c: CheckResult) -> None:
+        checks.append(watch.stamp(c))
         log(f"  {c.status:13s} {c.name}" + (f"  ({c.detail})" if c.detail and c.status != PASS else ""))
 
     if a.level >= 1 and a.cpu:
@@ -75,7 +77,7 @@ def run_checks(a: argparse.Namespace, workdir: Path) -> tuple[list[Check], dict,
 
         for g in ("driver", "arch", "kernels", "gemm"):
             if want(g):
-                add(Check(g, 1, SKIPPED, None, None, detail="--cpu: no GPU checks"))
+                add(CheckResult(g, 1, SKIPPED, None, None, detail="--cpu: no GPU checks"))
         if want("pretrain") and torch_version:
             add(cpu_pretrain(workdir, a.steps))
     elif a.level >= 1:
@@ -86,7 +88,7 @@ def run_checks(a: argparse.Namespace, workdir: Path) -> tuple[list[Check], dict,
         if want("arch"):
             add(check_arch(exp, facts))
         if facts["count"] == 0:
-            add(Check("gpu", 1, FAIL, facts.get("error"), ">= 1 CUDA device visible to torch",
+            add(CheckResult("gpu", 1, FAIL, facts.get("error"), ">= 1 CUDA device visible to torch",
                       advice="no GPU visible; fix: docker --gpus all / apptainer --nv, or use --cpu"))
         else:
             if want("kernels"):
@@ -109,7 +111,7 @@ def run_checks(a: argparse.Namespace, workdir: Path) -> tuple[list[Check], dict,
 
         gpus = min(a.gpus or facts["count"], facts["count"])
         if gpus < 2:
-            add(Check("gpu-count", 2, FAIL, gpus, ">= 2 GPUs for level 2",
+            add(CheckResult("gpu-count", 2, FAIL, gpus, ">= 2 GPUs for level 2",
                       advice="level 2 needs at least 2 visible GPUs"))
         elif want("nccl") or want("parallel"):
             for c in run_parallel_variants(exp, workdir, gpus, a.steps):
@@ -118,27 +120,31 @@ def run_checks(a: argparse.Namespace, workdir: Path) -> tuple[list[Check], dict,
 
 
 def main(argv: list[str] | None = None) -> int:
-    from envbuilder.certify.report import build_certificate, dumps, write_outputs
+    from envbuilder.certify.report import build_certificate, write_outputs
 
     a = parse_args(argv)
+    try:
+        exp = load_expectations(a.expect)
+    except EnvbuilderError as exc:
+        log(f"error: {exc.cause}\n  fix: {exc.fix}")
+        return 2
     log(f"envbuilder certify: level {a.level}" + (" (--cpu)" if a.cpu else ""))
     if a.logs:
         a.logs.mkdir(parents=True, exist_ok=True)
-        checks, facts, tv = run_checks(a, a.logs)
+        checks, facts, tv = run_checks(a, exp, a.logs)
     else:
         with tempfile.TemporaryDirectory(prefix="envbuilder-certify-") as tmp:
-            checks, facts, tv = run_checks(a, Path(tmp))
-    exp = load_expectations(a.expect)
+            checks, facts, tv = run_checks(a, exp, Path(tmp))
     cert = build_certificate(exp, facts, checks, a.level, tv, a.timestamp)
     if a.out:
         write_outputs(cert, a.out)
         if not a.host_managed_out:  # the host moves --out (or deletes it): it says where the files went
             log(f"wrote {a.out / CERT_NAME}")
     if a.json:
-        sys.stdout.write(dumps(cert))
+        sys.stdout.write(cert.to_json())
         sys.stdout.flush()
-    log(f"certificate: {cert['status'].upper()} ({cert['summary']})")
-    return 0 if cert["status"] != FAIL else EXIT_FAILED
+    log(f"certificate: {cert.status.upper()} ({cert.summary})")
+    return 0 if cert.status != FAIL else EXIT_FAILED
 
 
 if __name__ == "__main__":

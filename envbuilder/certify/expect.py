@@ -1,18 +1,27 @@
-"""What the lock promises, as the in-environment side reads it.
+"""What the lock promises (`Expectations`): the one record the host writes and the environment checks against.
 
-The host turns a lock directory into this small JSON (see expectations.py) so the
-environment needs nothing beyond the standard library to compare against it.
+The host turns a lock directory into it (expectations.py), or reads a user's `--expect FILE`; the
+environment reads it back with nothing beyond the standard library. One shape, one reader: the host
+and the environment both parse it with `Expectations.from_json` (through envbuilder.jsonread), so a
+malformed file fails with the same typed error on either side.
 """
 
 from __future__ import annotations
 
-import json
+import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from envbuilder.canonical import dumps
+from envbuilder.certify.certificate import Artifact
+from envbuilder.errors import EnvbuilderError, MalformedFileError
+from envbuilder.jsonread import Fields, loads_json, read_bytes
+
 EXPECT_SCHEMA = 1
+SUPPORTED_SCHEMAS = (1,)
+_FIX = "pass an expectations file written by envbuilder (or certify with --lock DIR)"
 
 
 def normalize(name: str) -> str:
@@ -20,18 +29,61 @@ def normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-@dataclass
+@dataclass(frozen=True)
+class ExpectedTarget:
+    """The platform the lock targets, as the checks compare it: torch build, CUDA, ABI, driver, arch list."""
+
+    python: str | None = None
+    torch: str | None = None
+    torch_variant: str | None = None    # cu130 | cpu | ...
+    cuda: str | None = None
+    min_driver: str | None = None
+    cxx11_abi: bool | None = None
+    arch_list: str | None = None        # the arch list the lock asked for (ArchList.torch spelling)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"python": self.python, "torch": self.torch, "torch_variant": self.torch_variant, "cuda": self.cuda,
+                "min_driver": self.min_driver, "cxx11_abi": self.cxx11_abi, "arch_list": self.arch_list}
+
+    @classmethod
+    def from_fields(cls, f: Fields) -> ExpectedTarget:
+        return cls(f.string("python", None, max_len=32), f.string("torch", None, max_len=200),
+                   f.string("torch_variant", None, max_len=64), f.string("cuda", None, max_len=32),
+                   f.string("min_driver", None, max_len=64), f.boolean("cxx11_abi", None),
+                   f.string("arch_list", None, max_len=400))
+
+
+@dataclass(frozen=True)
+class DatasheetRate:
+    """A GPU's dense bf16 rate from matrices/gpus.toml (names: the model and its NVML aliases)."""
+
+    names: tuple[str, ...]
+    bf16_dense_tflops: float
+    source: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"names": list(self.names), "bf16_dense_tflops": self.bf16_dense_tflops}
+        if self.source is not None:
+            out["source"] = self.source
+        return out
+
+    @classmethod
+    def from_fields(cls, f: Fields) -> DatasheetRate:
+        return cls(tuple(f.strings("names")), f.number("bf16_dense_tflops", min=0), f.string("source", None))
+
+
+@dataclass(frozen=True)
 class Expectations:
     lock_sha256: str | None = None
     row: str | None = None
-    packages: dict[str, str] = field(default_factory=dict)
-    target: dict[str, Any] = field(default_factory=dict)
+    packages: dict[str, str] = field(default_factory=dict)      # normalized name -> locked version
+    target: ExpectedTarget = field(default_factory=ExpectedTarget)
     nemo_locked: bool = False
     mbridge_locked: bool = False
-    skip_imports: list[str] = field(default_factory=list)
-    #: [{"names": [...], "bf16_dense_tflops": float}] from matrices/gpus.toml, for % of datasheet
-    datasheet: list[dict[str, Any]] = field(default_factory=list)
-    artifact: dict[str, Any] = field(default_factory=dict)
+    skip_imports: tuple[str, ...] = ()
+    datasheet: tuple[DatasheetRate, ...] = ()
+    artifact: Artifact | None = None
+    #: sha256 of the file it was read from (what the certificate binds as expectations_sha256)
     sha256: str | None = None
 
     @property
@@ -46,34 +98,56 @@ class Expectations:
         low = gpu_name.lower()
         best: tuple[int, float] | None = None
         for entry in self.datasheet:
-            for n in entry.get("names", []):
+            for n in entry.names:
                 if not n:
                     continue
                 if n.lower() == low:
-                    return float(entry["bf16_dense_tflops"])
+                    return entry.bf16_dense_tflops
                 if n.lower() in low and (best is None or len(n) > best[0]):
-                    best = (len(n), float(entry["bf16_dense_tflops"]))
+                    best = (len(n), entry.bf16_dense_tflops)
         return best[1] if best else None
 
+    def with_artifact(self, artifact: Artifact) -> Expectations:
+        return Expectations(self.lock_sha256, self.row, self.packages, self.target, self.nemo_locked,
+                            self.mbridge_locked, self.skip_imports, self.datasheet, artifact, self.sha256)
 
-def load_expectations(path: Path | None) -> Expectations:
+    # ---- serialisation -----------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": EXPECT_SCHEMA, "lock_sha256": self.lock_sha256, "row": self.row,
+                "packages": dict(sorted(self.packages.items())), "target": self.target.to_dict(),
+                "nemo_locked": self.nemo_locked, "mbridge_locked": self.mbridge_locked,
+                "skip_imports": list(self.skip_imports), "datasheet": [d.to_dict() for d in self.datasheet],
+                "artifact": self.artifact.to_dict() if self.artifact is not None else {}}
+
+    def to_json(self) -> str:
+        return dumps(self.to_dict())
+
+    @classmethod
+    def from_fields(cls, f: Fields, sha256: str | None = None) -> Expectations:
+        schema = f.integer("schema")
+        if schema not in SUPPORTED_SCHEMAS:
+            f.fail("schema", f"is {schema}: this envbuilder reads expectations schema "
+                             f"{', '.join(map(str, SUPPORTED_SCHEMAS))}")
+        pkgs, target, art = f.obj("packages", None), f.obj("target", None), f.obj("artifact", None)
+        return cls(
+            lock_sha256=f.sha256("lock_sha256", None), row=f.string("row", None, max_len=200),
+            packages={normalize(k): pkgs.string(k, max_len=200) for k in pkgs} if pkgs is not None else {},
+            target=ExpectedTarget.from_fields(target) if target is not None else ExpectedTarget(),
+            nemo_locked=f.boolean("nemo_locked", False), mbridge_locked=f.boolean("mbridge_locked", False),
+            skip_imports=tuple(f.strings("skip_imports", [])),
+            datasheet=tuple(DatasheetRate.from_fields(d) for d in f.objs("datasheet", [])),
+            artifact=Artifact.from_fields(art) if art else None, sha256=sha256)
+
+    @classmethod
+    def from_json(cls, raw: bytes | str, where: str = "expectations",
+                  error: type[EnvbuilderError] = MalformedFileError) -> Expectations:
+        data = raw.encode("utf-8") if isinstance(raw, str) else raw
+        value = loads_json(data, what=where, error=error, fix=_FIX)
+        return cls.from_fields(Fields.of(value, where, error, _FIX), hashlib.sha256(data).hexdigest())
+
+
+def load_expectations(path: Path | None, error: type[EnvbuilderError] = MalformedFileError) -> Expectations:
+    """The expectations file at `path` (none: no lock, nothing to compare against)."""
     if path is None:
         return Expectations()
-    import hashlib
-
-    raw = Path(path).read_bytes()
-    data = json.loads(raw)
-    if data.get("schema") != EXPECT_SCHEMA:
-        raise ValueError(f"{path}: expectations schema {data.get('schema')!r}, want {EXPECT_SCHEMA}")
-    return Expectations(
-        lock_sha256=data.get("lock_sha256"),
-        row=data.get("row"),
-        packages={normalize(k): str(v) for k, v in data.get("packages", {}).items()},
-        target=dict(data.get("target", {})),
-        nemo_locked=bool(data.get("nemo_locked", False)),
-        mbridge_locked=bool(data.get("mbridge_locked", False)),
-        skip_imports=list(data.get("skip_imports", [])),
-        datasheet=list(data.get("datasheet", [])),
-        artifact=dict(data.get("artifact", {})),
-        sha256=hashlib.sha256(raw).hexdigest(),
-    )
+    return Expectations.from_json(read_bytes(path, what="expectations file"), f"expectations {path}", error)

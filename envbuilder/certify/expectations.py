@@ -11,18 +11,13 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from envbuilder.canonical import sha256_file
-from envbuilder.certify.expect import EXPECT_SCHEMA, normalize
+from envbuilder.certify.certificate import Artifact
+from envbuilder.certify.expect import DatasheetRate, Expectations, ExpectedTarget, normalize
 from envbuilder.errors import LockDirError
 from envbuilder.lock.record import RECORD_NAME, LockRecord
 from envbuilder.matrix import load_matrix
-
-if sys.version_info >= (3, 11):
-    pass
-else:  # pragma: no cover
-    pass
 
 
 def _marker_env(python: str) -> dict[str, str]:
@@ -70,15 +65,15 @@ def locked_packages(lockdir: Path, python: str, uv_bin: str) -> dict[str, str]:
     return {n: v for n, v in pkgs.items() if names is None or n in names}
 
 
-def datasheet(matrices: Path) -> list[dict[str, Any]]:
-    """[{names, bf16_dense_tflops}] of every GPU in the loaded matrix that has a datasheet figure."""
+def datasheet(matrices: Path) -> tuple[DatasheetRate, ...]:
+    """The dense bf16 rate of every GPU in the loaded matrix that has a datasheet figure."""
     out = []
     for g in load_matrix(matrices).gpus:
         tf = g.fact("bf16_dense_tflops")
         if tf is None or not tf.known or not isinstance(tf.value, (int, float)):
             continue
-        out.append({"names": sorted({g.name, *g.aliases}), "bf16_dense_tflops": float(tf.value)})
-    return sorted(out, key=lambda e: e["names"])
+        out.append(DatasheetRate(tuple(sorted({g.name, *g.aliases})), float(tf.value)))
+    return tuple(sorted(out, key=lambda e: e.names))
 
 
 def torch_cxx11_abi(matrices: Path, torch_version: str | None) -> bool | None:
@@ -115,40 +110,36 @@ def read_lock(lockdir: Path, strict: bool = True) -> LockBinding:
     return LockBinding(sha256_file(lockdir / "uv.lock"), None)
 
 
-def framework_flags(packages: dict[str, str]) -> dict[str, bool]:
-    """Which framework recipe smokes level 1 runs: those whose distribution the lock installs."""
-    return {"nemo_locked": "nemo-toolkit" in packages, "mbridge_locked": "megatron-bridge" in packages}
+def framework_flags(packages: dict[str, str]) -> tuple[bool, bool]:
+    """Which framework recipe smokes level 1 runs (nemo_locked, mbridge_locked): those whose distribution the
+    lock installs."""
+    return "nemo-toolkit" in packages, "megatron-bridge" in packages
 
 
-def expectations_from_lock(lockdir: Path, *, uv_bin: str, matrices: Path, artifact: dict[str, Any],
-                           python: str | None = None, strict: bool = True) -> dict[str, Any]:
+def expectations_from_lock(lockdir: Path, *, uv_bin: str, matrices: Path, artifact: Artifact,
+                           python: str | None = None, strict: bool = True) -> Expectations:
     lock = read_lock(lockdir, strict)
     record = lock.record
     target = record.target if record else None
     py = python or (target.python if target else "") or f"{sys.version_info[0]}.{sys.version_info[1]}"
     packages = locked_packages(Path(lockdir), py, uv_bin)
     torch_v = packages.get("torch") or (target.torch if target else None)
+    nemo, mbridge = framework_flags(packages)
     arch = (record.stage2_env.get("TORCH_CUDA_ARCH_LIST") or record.inputs.get("arch_list")) if record else None
-    return {
-        "schema": EXPECT_SCHEMA,
-        "lock_sha256": lock.lock_sha256,
-        "row": record.row if record else None,
-        "packages": dict(sorted(packages.items())),
-        "target": {
-            "python": py, "torch": torch_v, "torch_variant": target.torch_variant if target else None,
-            "cuda": target.cuda if target else None, "min_driver": target.min_driver if target else None,
-            "cxx11_abi": torch_cxx11_abi(matrices, torch_v), "arch_list": arch,
-        },
-        **framework_flags(packages),
-        "skip_imports": [],
-        "datasheet": datasheet(matrices),
-        "artifact": artifact,
-    }
+    return Expectations(
+        lock_sha256=lock.lock_sha256,
+        row=record.row if record else None,
+        packages=dict(sorted(packages.items())),
+        target=ExpectedTarget(
+            python=py, torch=torch_v, torch_variant=target.torch_variant if target else None,
+            cuda=target.cuda if target else None, min_driver=target.min_driver if target else None,
+            cxx11_abi=torch_cxx11_abi(matrices, torch_v), arch_list=arch),
+        nemo_locked=nemo, mbridge_locked=mbridge,
+        datasheet=datasheet(matrices),
+        artifact=artifact,
+    )
 
 
-def expectations_without_lock(*, matrices: Path, artifact: dict[str, Any],
-                              target: dict[str, Any] | None = None) -> dict[str, Any]:
+def expectations_without_lock(*, matrices: Path, artifact: Artifact) -> Expectations:
     """No lock: drift and imports are skipped; the certificate binds to no lock (lock_sha256 null)."""
-    return {"schema": EXPECT_SCHEMA, "lock_sha256": None, "row": None, "packages": {},
-            "target": dict(target or {}), **framework_flags({}), "skip_imports": [],
-            "datasheet": datasheet(matrices), "artifact": artifact}
+    return Expectations(datasheet=datasheet(matrices), artifact=artifact)

@@ -8,7 +8,6 @@ in -o only when the run finished and claims something. The CLI parses, calls and
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import tempfile
@@ -18,17 +17,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from envbuilder.canonical import dumps, sha256_file
-from envbuilder.certify.expect import EXPECT_SCHEMA
+from envbuilder.canonical import sha256_file
+from envbuilder.certify.certificate import Artifact, Certificate, SbomRef
+from envbuilder.certify.expect import Expectations, load_expectations
 from envbuilder.certify.expectations import expectations_from_lock, expectations_without_lock, read_lock
 from envbuilder.certify.runner import Target, run_certify
 from envbuilder.errors import (
     CertificationFailedError,
     CertifyEnvironmentError,
+    EnvbuilderError,
     InvalidOptionError,
-    MalformedFileError,
 )
-from envbuilder.jsonread import Fields, loads_json
 from envbuilder.paths import matrices_dir
 from envbuilder.uvbin import uv_binary
 
@@ -55,38 +54,31 @@ class CertifyOptions:
 
 @dataclass
 class CertifyResult:
-    certificate: dict[str, Any]
+    certificate: Certificate
     output: Path | None
     signed_keyid: str | None = None
 
     @property
     def passed(self) -> bool:
-        return self.certificate.get("status") == "pass"
-
-    def failed_checks(self) -> list[dict[str, Any]]:
-        return [c for c in self.certificate["checks"] if c.get("status") == "fail"]
-
-    @property
-    def ran_any(self) -> bool:
-        """Whether at least one check passed or failed: a certificate that checked nothing claims nothing."""
-        return any(c.get("status") in ("pass", "fail") for c in self.certificate["checks"])
+        return self.certificate.passed
 
     def error(self) -> CertificationFailedError | None:
         """The typed error this certificate means, or None when it passed."""
-        if not self.ran_any:
+        cert = self.certificate
+        if not cert.ran_any:
             return CertificationFailedError(
                 "no check ran: with nothing to compare against, a certificate would claim nothing",
                 "pass --lock DIR (or --expect FILE), or a level whose checks apply to this target")
-        if self.passed:
+        if cert.passed:
             return None
-        failed = self.failed_checks()
+        failed = cert.failed_checks()
         return CertificationFailedError(
-            f"{len(failed)} check(s) failed: {', '.join(c['name'] for c in failed)}",
-            next((c["advice"].split("fix: ", 1)[-1] for c in failed if c.get("advice")),
+            f"{len(failed)} check(s) failed: {', '.join(c.name for c in failed)}",
+            next((c.advice.split("fix: ", 1)[-1] for c in failed if c.advice),
                  "see the report for each check's advice"))
 
     def to_dict(self) -> dict[str, Any]:
-        return self.certificate
+        return self.certificate.to_dict()
 
 
 CERT_OWNED = ("certificate.json", "report.md", "certificate.dsse.json", "sbom.cdx.json")
@@ -105,11 +97,9 @@ def _cert_owned(path: Path) -> list[str]:
 def _claims_something(path: Path) -> bool:
     """A certificate in which at least one check passed or failed (one that checked nothing is not kept)."""
     try:
-        checks = json.loads(path.read_text(encoding="utf-8")).get("checks")
-    except (OSError, ValueError, AttributeError):
+        return path.is_file() and Certificate.read(path).ran_any
+    except EnvbuilderError:
         return False
-    return isinstance(checks, list) and any(isinstance(c, dict) and c.get("status") in ("pass", "fail")
-                                            for c in checks)
 
 
 @contextlib.contextmanager
@@ -146,11 +136,9 @@ def _env_dir(stage: Path, t: Target) -> Path:
     return d
 
 
-def _certificate_from(rc: int, stdout: str, exp: dict[str, Any], kind: str) -> tuple[bytes, dict[str, Any]]:
+def _certificate_from(rc: int, stdout: str, exp: Expectations, kind: str) -> tuple[bytes, Certificate]:
     """The environment's certificate, read once from its stdout (a pipe no one else can write), checked,
     and bound to what the host asked for: these exact bytes are what the host writes and signs."""
-    from envbuilder.certify.verify import check_certificate
-
     if rc not in (0, CertificationFailedError.exit_code):
         raise CertifyEnvironmentError(f"the checks could not run in the {kind} (exit code {rc})",
                                       "read the output above; `python -m envbuilder.certify --help` inside the "
@@ -159,23 +147,23 @@ def _certificate_from(rc: int, stdout: str, exp: dict[str, Any], kind: str) -> t
     bad = "read the output above; the environment must print exactly one certificate on stdout"
     if not raw.strip():
         raise CertifyEnvironmentError(f"the {kind} printed no certificate", bad)
-    cert = loads_json(raw, what=f"the certificate the {kind} printed", error=CertifyEnvironmentError, fix=bad,
-                      allow_nan=True)
-    check_certificate(Fields.of(cert, f"the certificate the {kind} printed", CertifyEnvironmentError, bad),
-                      lock_required=False)
-    if dumps(cert).encode() != raw:
+    cert = Certificate.from_json(raw, f"the certificate the {kind} printed", CertifyEnvironmentError, bad)
+    if cert.to_json().encode() != raw:
         raise CertifyEnvironmentError(f"the {kind} printed a certificate that is not in envbuilder's canonical form",
                                       bad)
-    for key in ("lock_sha256", "row", "artifact"):
-        if cert.get(key) != exp.get(key):
+    asked = (exp.lock_sha256, exp.row, exp.artifact or Artifact())
+    for key, got, want in zip(("lock_sha256", "row", "artifact"), (cert.lock_sha256, cert.row, cert.artifact), asked,
+                              strict=True):
+        if got != want:
+            shown = [x.to_dict() if isinstance(x, Artifact) else x for x in (got, want)]
             raise CertifyEnvironmentError(
-                f"the {kind} certified {key} {str(cert.get(key))[:60]!r}, not the {str(exp.get(key))[:60]!r} "
+                f"the {kind} certified {key} {str(shown[0])[:60]!r}, not the {str(shown[1])[:60]!r} "
                 "it was asked to check", "certify again; an environment that rewrites what it certifies is not "
                 "trustworthy")
     return raw, cert
 
 
-def _write_certificate(stage: Path, raw: bytes, cert: dict[str, Any]) -> None:
+def _write_certificate(stage: Path, raw: bytes, cert: Certificate) -> None:
     """certificate.json (the bytes read), report.md and the loss SVGs, rendered here from those bytes."""
     from envbuilder.atomic import write_atomic
     from envbuilder.certify import CERT_NAME, REPORT_NAME
@@ -188,12 +176,10 @@ def _write_certificate(stage: Path, raw: bytes, cert: dict[str, Any]) -> None:
     write_atomic(stage / CERT_NAME, raw)
 
 
-def _expectations(t: Target, lock: Path | None, expect: Path | None, artifact: dict[str, Any],
-                  workdir: Path, progress: Progress) -> dict[str, Any]:
-    if expect is not None:
-        data = _read_expectations(expect)
-        data["artifact"] = artifact
-        return data
+def _expectations(t: Target, lock: Path | None, expect: Path | None, artifact: Artifact,
+                  workdir: Path, progress: Progress) -> Expectations:
+    if expect is not None:  # read here so a bad file fails before anything starts
+        return load_expectations(expect).with_artifact(artifact)
     strict = True
     if lock is not None:
         label = t.lock_label()
@@ -207,23 +193,6 @@ def _expectations(t: Target, lock: Path | None, expect: Path | None, artifact: d
         return expectations_without_lock(matrices=matrices_dir(), artifact=artifact)
     return expectations_from_lock(lock, uv_bin=uv_binary(), matrices=matrices_dir(), artifact=artifact,
                                   strict=strict)
-
-
-def _read_expectations(path: Path) -> dict[str, Any]:
-    """--expect FILE, schema-checked here so a bad file fails before anything starts."""
-    fix = "pass an expectations file written by envbuilder (or certify with --lock DIR)"
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise MalformedFileError(f"--expect {path} is not readable JSON ({exc})", fix) from exc
-    if not isinstance(data, dict):
-        raise MalformedFileError(f"--expect {path} is a JSON {type(data).__name__}, not an object", fix)
-    if data.get("schema") != EXPECT_SCHEMA:
-        raise MalformedFileError(f"--expect {path}: schema {data.get('schema')!r}, expected {EXPECT_SCHEMA}", fix)
-    for key, kind in (("packages", dict), ("target", dict), ("skip_imports", list), ("datasheet", list)):
-        if key in data and not isinstance(data[key], kind):
-            raise MalformedFileError(f"--expect {path}: '{key}' is not a {kind.__name__}", fix)
-    return data
 
 
 def _inner_args(opts: CertifyOptions, exp_path: str, out_path: str) -> list[str]:
@@ -264,14 +233,14 @@ def certify_environment(opts: CertifyOptions, progress: Progress = lambda _m: No
                                  "add -o DIR")
     key = load_private_key(opts.sign_key) if signing else None  # fail on a bad key before the checks run
     os.environ.pop(KEY_ENV, None)  # the key is in memory now; the environment under test never sees it
-    artifact: dict[str, Any] = dict(t.artifact())
+    artifact = t.artifact()
     if sbom is not None:
-        artifact["sbom"] = {"name": SBOM_NAME, "sha256": sha256_file(sbom)}
+        artifact = artifact.with_sbom(SbomRef(SBOM_NAME, sha256_file(sbom)))
     signed = None
     with tempfile.TemporaryDirectory(prefix="envbuilder-certify-in-") as tmp:
         in_dir = Path(tmp)
         exp = _expectations(t, opts.lock, opts.expect, artifact, in_dir, progress)
-        (in_dir / "expect.json").write_text(dumps(exp), encoding="utf-8")
+        (in_dir / "expect.json").write_text(exp.to_json(), encoding="utf-8")
         in_dir.chmod(0o755)
         with _out_dir(output, progress) as stage:
             env_dir = _env_dir(stage, t)

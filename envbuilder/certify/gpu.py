@@ -10,7 +10,7 @@ from typing import Any
 from envbuilder.canonical import version_tuple
 from envbuilder.certify.expect import Expectations
 from envbuilder.certify.fatbin import fatbin_archs, runs_on
-from envbuilder.certify.result import FAIL, PASS, SKIPPED, Check
+from envbuilder.certify.result import FAIL, PASS, SKIPPED, CheckResult
 
 #: GEMM shapes (m, n, k) tried for the measured peak; the probe shape is the first
 GEMM_SHAPES = [(8192, 8192, 8192), (16384, 8192, 8192), (8192, 16384, 8192), (8192, 8192, 16384),
@@ -61,17 +61,17 @@ def gpu_facts() -> dict[str, Any]:
     return facts
 
 
-def check_driver(exp: Expectations, facts: dict[str, Any]) -> Check:
-    drv, need = facts.get("driver"), exp.target.get("min_driver")
+def check_driver(exp: Expectations, facts: dict[str, Any]) -> CheckResult:
+    drv, need = facts.get("driver"), exp.target.min_driver
     thr = f">= {need}" if need else None
     if not drv:
-        return Check("driver", 1, FAIL, None, thr, advice="no NVIDIA driver answered (NVML/nvidia-smi); fix: "
+        return CheckResult("driver", 1, FAIL, None, thr, advice="no NVIDIA driver answered (NVML/nvidia-smi); fix: "
                      "run on a GPU host, with --gpus all (docker) or --nv (apptainer)")
     if not need or need == "unknown":
-        return Check("driver", 1, SKIPPED, drv, thr, detail="the lock states no minimum driver")
+        return CheckResult("driver", 1, SKIPPED, drv, thr, detail="the lock states no minimum driver")
     if version_tuple(drv) >= version_tuple(str(need)):
-        return Check("driver", 1, PASS, drv, thr)
-    return Check("driver", 1, FAIL, drv, thr, advice=f"the driver is older than the lock's CUDA needs; fix: "
+        return CheckResult("driver", 1, PASS, drv, thr)
+    return CheckResult("driver", 1, FAIL, drv, thr, advice=f"the driver is older than the lock's CUDA needs; fix: "
                  f"upgrade the driver to >= {need}, or lock with --driver {drv} (older CUDA)")
 
 
@@ -87,9 +87,9 @@ def _sm_tokens(arch_list: Any) -> set[str]:
     return out
 
 
-def check_arch(exp: Expectations, facts: dict[str, Any]) -> Check:
+def check_arch(exp: Expectations, facts: dict[str, Any]) -> CheckResult:
     sms = sorted({g["sm"] for g in facts.get("gpus", [])})
-    arch = exp.target.get("arch_list")
+    arch: Any = exp.target.arch_list
     source = "lock arch list"
     if not arch:
         try:
@@ -110,16 +110,16 @@ def check_arch(exp: Expectations, facts: dict[str, Any]) -> Check:
                                         for so, s in sos.items()} for d, sos in wheels.items()}}
     thr = "GPU sm in the arch list and in every installed kernel package's shared objects"
     if not sms:
-        return Check("arch", 1, FAIL, measured, thr, advice="no CUDA device visible")
+        return CheckResult("arch", 1, FAIL, measured, thr, advice="no CUDA device visible")
     if missing:
-        return Check("arch", 1, FAIL, measured, thr,
+        return CheckResult("arch", 1, FAIL, measured, thr,
                      advice=f"kernels are not compiled for sm {', '.join(missing)} ('no kernel image'); "
                             f"fix: add {', '.join(missing)} to --arch-list and rebuild")
     if lacking:
-        return Check("arch", 1, FAIL, measured, thr,
+        return CheckResult("arch", 1, FAIL, measured, thr,
                      advice=f"{', '.join(sorted(lacking))} holds no code for sm {', '.join(sms)} ('no kernel "
                             f"image'); fix: rebuild that package with --arch-list {';'.join(sms)}")
-    return Check("arch", 1, PASS, measured, thr)
+    return CheckResult("arch", 1, PASS, measured, thr)
 
 
 #: distributions whose shared objects carry CUDA kernels (the kernel probes' packages and the TE core)
@@ -187,7 +187,7 @@ def _warm_up(torch: Any, seconds: float = 1.5) -> None:
     del a
 
 
-def check_gemm(exp: Expectations, facts: dict[str, Any]) -> Check:
+def check_gemm(exp: Expectations, facts: dict[str, Any]) -> CheckResult:
     import torch
 
     _warm_up(torch)
@@ -205,7 +205,7 @@ def check_gemm(exp: Expectations, facts: dict[str, Any]) -> Check:
            "peak_vs_datasheet": f">= {GEMM_MIN_OF_DATASHEET:.0%}" if sheet else "datasheet unknown"}
     slow = probe < GEMM_MIN_OF_PEAK * peak or (sheet is not None and peak < GEMM_MIN_OF_DATASHEET * sheet)
     if slow:
-        return Check("gemm-bf16", 1, FAIL, measured, thr,
+        return CheckResult("gemm-bf16", 1, FAIL, measured, thr,
                      advice="bf16 GEMMs run slowly: check GPU clocks/throttling (nvidia-smi -q -d PERFORMANCE), "
                             "other jobs on the GPU, and that torch uses the locked cuBLAS")
-    return Check("gemm-bf16", 1, PASS, measured, thr)
+    return CheckResult("gemm-bf16", 1, PASS, measured, thr)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from envbuilder.certify.expect import Expectations
-from envbuilder.certify.result import FAIL, NOT_INSTALLED, PASS, SKIPPED, Check, advise, tail
+from envbuilder.certify.result import FAIL, NOT_INSTALLED, PASS, SKIPPED, CheckResult, TimedChecks, advise, tail
 
 TOL_BF16 = 2e-2
 TOL_FP32 = 5e-3
@@ -152,22 +152,22 @@ PROBES: list[tuple[str, list[str], str, Callable[[Any], dict[str, float]], float
 ]
 
 
-def run_kernel_probes(exp: Expectations) -> list[Check]:
+def run_kernel_probes(exp: Expectations) -> list[CheckResult]:
     import torch
 
-    checks = []
+    checks = TimedChecks()
     cap = torch.cuda.get_device_capability(0) if torch.cuda.is_available() else (0, 0)
     for name, dists, module, probe, tol, min_sm in PROBES:
         thr = f"relative L2 error <= {tol:g} (fwd+bwd, vs float32 torch reference)"
         locked = any(exp.is_locked(d) for d in dists)
         if not _installed(dists):
             status = FAIL if locked else NOT_INSTALLED
-            checks.append(Check(name, 1, status, None, thr,
+            checks.append(CheckResult(name, 1, status, None, thr,
                                 advice="locked but not installed; fix: rebuild the environment" if locked else None,
                                 detail=None if locked else f"{dists[0]} is not installed"))
             continue
         if min_sm and cap < min_sm:
-            checks.append(Check(name, 1, SKIPPED, None, thr, detail=f"needs sm >= {min_sm[0]}.{min_sm[1]}"))
+            checks.append(CheckResult(name, 1, SKIPPED, None, thr, detail=f"needs sm >= {min_sm[0]}.{min_sm[1]}"))
             continue
         try:
             importlib.import_module(module)
@@ -176,12 +176,12 @@ def run_kernel_probes(exp: Expectations) -> list[Check]:
             torch.cuda.synchronize()
         except Exception as exc:
             log = "".join(traceback.format_exception_only(type(exc), exc))
-            checks.append(Check(name, 1, FAIL, None, thr, advice=advise(log) or "the kernel raised; see detail",
+            checks.append(CheckResult(name, 1, FAIL, None, thr, advice=advise(log) or "the kernel raised; see detail",
                                 detail=tail(log)))
             continue
         measured = {k: round(v, 6) for k, v in errs.items()}
         ok = all(v <= tol for v in errs.values())
-        checks.append(Check(name, 1, PASS if ok else FAIL, measured, thr,
+        checks.append(CheckResult(name, 1, PASS if ok else FAIL, measured, thr,
                             advice=None if ok else "kernel output differs from the torch reference; fix: rebuild "
                                                    "the kernel package against the locked torch and CUDA"))
     return checks

@@ -11,7 +11,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from envbuilder.certify.expect import Expectations, normalize
-from envbuilder.certify.result import FAIL, NOT_INSTALLED, PASS, SKIPPED, Check, advise, tail
+from envbuilder.certify.result import FAIL, NOT_INSTALLED, PASS, SKIPPED, CheckResult, TimedChecks, advise, tail
 
 # Top-level names shipped by wheels that are not meant to be imported on their own.
 _NOT_MODULES = {"tests", "test", "testing", "benchmarks", "benchmark", "docs", "examples", "scripts",
@@ -47,20 +47,20 @@ def installed_versions() -> dict[str, str]:
     return out
 
 
-def check_drift(exp: Expectations) -> Check:
+def check_drift(exp: Expectations) -> CheckResult:
     thr = "every package in uv.lock installed at its locked version"
     if not exp.packages:
-        return Check("drift", 0, SKIPPED, threshold=thr, detail="no lock given (--lock / --expect)")
+        return CheckResult("drift", 0, SKIPPED, threshold=thr, detail="no lock given (--lock / --expect)")
     have = installed_versions()
     missing = sorted(n for n in exp.packages if n not in have)
     wrong = {n: {"locked": v, "installed": have[n]} for n, v in sorted(exp.packages.items())
              if n in have and not versions_match(v, have[n])}
     measured = {"checked": len(exp.packages), "missing": missing, "mismatched": wrong}
     if missing or wrong:
-        return Check("drift", 0, FAIL, measured, thr,
+        return CheckResult("drift", 0, FAIL, measured, thr,
                      advice="the environment no longer matches the lock; fix: rebuild the image or "
                             "re-sync the venv with `uv sync --frozen` from the lock directory")
-    return Check("drift", 0, PASS, measured, thr)
+    return CheckResult("drift", 0, PASS, measured, thr)
 
 
 def _dist_top_modules(dist: md.Distribution) -> list[str]:
@@ -157,7 +157,7 @@ def _gpu_at_import() -> tuple[dict[str, str], Any]:
         return {}, None
 
 
-def check_imports(exp: Expectations, jobs: int | None = None, gpu_visible: bool = True) -> list[Check]:
+def check_imports(exp: Expectations, jobs: int | None = None, gpu_visible: bool = True) -> list[CheckResult]:
     """Import each locked top-level module in a fresh interpreter.
 
     Without a GPU, modules that need the driver at import (flash_attn, causal_conv1d...) may
@@ -166,7 +166,7 @@ def check_imports(exp: Expectations, jobs: int | None = None, gpu_visible: bool 
     """
     thr = "each top-level module imports in a fresh interpreter"
     if not exp.packages:
-        return [Check("imports", 0, SKIPPED, threshold=thr, detail="no lock given (--lock / --expect)")]
+        return [CheckResult("imports", 0, SKIPPED, threshold=thr, detail="no lock given (--lock / --expect)")]
     extensions = extension_modules()
     by_mod = {m: _statement(m, extensions) for m in modules_to_import(exp)}
     statements = list(by_mod.values())
@@ -187,7 +187,7 @@ def check_imports(exp: Expectations, jobs: int | None = None, gpu_visible: bool 
             if mod.split(".")[0] in gpu_mods and gpu_err is not None and gpu_err.search(err) \
                     and "undefined symbol" not in err:
                 needs_gpu[mod] = failed.pop(mod)
-    checks = [Check(
+    checks = [CheckResult(
         "imports", 0, FAIL if failed else PASS,
         {"modules": len(statements), "failed": failed, "needs_gpu": needs_gpu}, thr,
         advice=(advise("\n".join(by_stmt[by_mod[m]][1] for m in failed))
@@ -196,7 +196,7 @@ def check_imports(exp: Expectations, jobs: int | None = None, gpu_visible: bool 
     )]
     for name, stmt in extra:
         rc, err = by_stmt[stmt]
-        checks.append(Check(name, 0, PASS if rc == 0 else FAIL, {"statement": stmt, "rc": rc},
+        checks.append(CheckResult(name, 0, PASS if rc == 0 else FAIL, {"statement": stmt, "rc": rc},
                             "imports without error",
                             advice=None if rc == 0 else (advise(err) or "NeMo does not import: check the "
                                                          "lock's date cutoff (exclude_newer) and pins"),
@@ -204,49 +204,48 @@ def check_imports(exp: Expectations, jobs: int | None = None, gpu_visible: bool 
     return checks
 
 
-def check_torch_build(exp: Expectations) -> Check:
+def check_torch_build(exp: Expectations) -> CheckResult:
     """torch's CUDA version and C++ ABI against the lock (kernels built for another ABI fail late)."""
     try:
         import torch
     except Exception as exc:
         status = FAIL if exp.is_locked("torch") else NOT_INSTALLED
-        return Check("torch-build", 0, status, str(exc)[:200], "torch imports",
+        return CheckResult("torch-build", 0, status, str(exc)[:200], "torch imports",
                      advice=advise(str(exc)) if status == FAIL else None)
     abi = bool(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", False))
     measured = {"torch": torch.__version__, "cuda": torch.version.cuda, "cxx11_abi": abi}
     t = exp.target
     want: dict[str, object] = {}
     problems: list[str] = []
-    if t.get("torch"):
-        want["torch"] = t["torch"]
-        if not versions_match(str(t["torch"]), torch.__version__):
-            problems.append(f"torch {torch.__version__} != locked {t['torch']}")
-    variant = str(t.get("torch_variant") or "")
-    if variant == "cpu":
+    if t.torch:
+        want["torch"] = t.torch
+        if not versions_match(t.torch, torch.__version__):
+            problems.append(f"torch {torch.__version__} != locked {t.torch}")
+    if t.torch_variant == "cpu":
         want["cuda"] = None
         if torch.version.cuda is not None:
             problems.append(f"torch built for CUDA {torch.version.cuda}, lock wants the CPU build")
-    elif t.get("cuda"):
-        want["cuda"] = str(t["cuda"])
+    elif t.cuda:
+        want["cuda"] = t.cuda
         got = ".".join((torch.version.cuda or "none").split(".")[:2])
-        if got != ".".join(str(t["cuda"]).split(".")[:2]):
-            problems.append(f"torch built for CUDA {torch.version.cuda}, lock wants {t['cuda']}")
-    if t.get("cxx11_abi") is not None:
-        want["cxx11_abi"] = bool(t["cxx11_abi"])
-        if abi != bool(t["cxx11_abi"]):
-            problems.append(f"torch cxx11 ABI {abi}, lock wants {t['cxx11_abi']}")
+        if got != ".".join(t.cuda.split(".")[:2]):
+            problems.append(f"torch built for CUDA {torch.version.cuda}, lock wants {t.cuda}")
+    if t.cxx11_abi is not None:
+        want["cxx11_abi"] = t.cxx11_abi
+        if abi != t.cxx11_abi:
+            problems.append(f"torch cxx11 ABI {abi}, lock wants {t.cxx11_abi}")
     if not want:
-        return Check("torch-build", 0, SKIPPED, measured, None, detail="the lock states no torch/CUDA target")
+        return CheckResult("torch-build", 0, SKIPPED, measured, None, detail="the lock states no torch/CUDA target")
     if problems:
-        return Check("torch-build", 0, FAIL, measured, want,
+        return CheckResult("torch-build", 0, FAIL, measured, want,
                      advice="torch is not the locked build; kernels compiled against the locked torch will "
                             "fail with undefined symbols; fix: reinstall torch from the lock's index",
                      detail="; ".join(problems))
-    return Check("torch-build", 0, PASS, measured, want)
+    return CheckResult("torch-build", 0, PASS, measured, want)
 
 
-def run_level0(exp: Expectations, only: set[str] | None = None, gpu_visible: bool = True) -> list[Check]:
-    checks: list[Check] = []
+def run_level0(exp: Expectations, only: set[str] | None = None, gpu_visible: bool = True) -> list[CheckResult]:
+    checks = TimedChecks()
     if only is None or "drift" in only:
         checks.append(check_drift(exp))
     if only is None or "imports" in only:

@@ -9,7 +9,7 @@ from typing import Any
 from envbuilder.certify.expect import Expectations
 from envbuilder.certify.launch import WorkerRun, run_worker
 from envbuilder.certify.lossrule import RULE_TEXT, judge_losses
-from envbuilder.certify.result import FAIL, NOT_INSTALLED, PASS, SKIPPED, Check, advise, tail
+from envbuilder.certify.result import FAIL, NOT_INSTALLED, PASS, SKIPPED, CheckResult, TimedChecks, advise, tail
 from envbuilder.certify.variants import Model, Variant, check_parallel_failures, layout_problems, variants_for
 
 NCCL_MIN_BUSBW_GBPS = 20.0  # below this the job is on sockets or a broken transport, not NVLink/IB
@@ -23,13 +23,13 @@ def _has(module: str) -> bool:
         return False
 
 
-def judge_run(name: str, level: int, run: WorkerRun, extra: dict[str, Any] | None = None) -> Check:
+def judge_run(name: str, level: int, run: WorkerRun, extra: dict[str, Any] | None = None) -> CheckResult:
     """One pretrain run -> one check: the worker must succeed and its loss must obey the rule."""
     if run.rc != 0 or not run.result:
         why = "timed out" if run.rc == 124 else f"exit code {run.rc}"
         failed: dict[str, Any] = {"wall_s": round(run.wall_s, 1)}
         failed.update(extra or {})
-        return Check(name, level, FAIL, failed, RULE_TEXT,
+        return CheckResult(name, level, FAIL, failed, RULE_TEXT,
                      advice=advise(run.log) or f"the training run failed ({why}); see detail",
                      detail=tail(run.log))
     res = run.result
@@ -42,29 +42,29 @@ def judge_run(name: str, level: int, run: WorkerRun, extra: dict[str, Any] | Non
                 "wall_s": round(run.wall_s, 1), "layout": res.get("layout"),
                 **{k: res[k] for k in ("spec", "norm", "max_memory_gib", "model") if k in res}}
     measured.update(extra or {})
-    return Check(name, level, PASS if ok else FAIL, measured, RULE_TEXT, detail=reason, losses=losses,
+    return CheckResult(name, level, PASS if ok else FAIL, measured, RULE_TEXT, detail=reason, losses=losses,
                  advice=None if ok else "the tiny model did not learn: check for NaNs (bf16/kernels) and "
                                         "for gradient reduction problems in this layout")
 
 
-def cpu_pretrain(workdir: Path, steps: int) -> Check:
+def cpu_pretrain(workdir: Path, steps: int) -> CheckResult:
     run = run_worker("envbuilder.certify.train_torch", ["--device=cpu", f"--steps={steps}"], 2, workdir,
                      "torch-gpt-cpu-dp2", timeout_s=600)
     return judge_run("pretrain:torch-gpt-cpu-dp2", 1, run, {"backend": "gloo"})
 
 
-def gpu_torch_pretrain(workdir: Path, steps: int) -> Check:
+def gpu_torch_pretrain(workdir: Path, steps: int) -> CheckResult:
     args = ["--device=cuda", f"--steps={steps}", "--layers=4", "--hidden=512", "--heads=8", "--seq=1024",
             "--vocab=4096", "--mbs=8", "--lr=1e-3"]
     run = run_worker("envbuilder.certify.train_torch", args, 1, workdir, "torch-gpt-1gpu", timeout_s=300)
     return judge_run("pretrain:torch-gpt-1gpu", 1, run)
 
 
-def mcore_pretrain(exp: Expectations, workdir: Path, steps: int) -> Check:
+def mcore_pretrain(exp: Expectations, workdir: Path, steps: int) -> CheckResult:
     name = "pretrain:mcore-gpt-1gpu"
     if not _has("megatron.core"):
         locked = exp.is_locked("megatron-core")
-        return Check(name, 1, FAIL if locked else NOT_INSTALLED, None, RULE_TEXT,
+        return CheckResult(name, 1, FAIL if locked else NOT_INSTALLED, None, RULE_TEXT,
                      detail="megatron-core is not installed",
                      advice="locked but not installed; fix: rebuild the environment" if locked else None)
     args = [*Variant("1gpu").args(MCORE_1GPU), f"--steps={steps}"]
@@ -72,64 +72,65 @@ def mcore_pretrain(exp: Expectations, workdir: Path, steps: int) -> Check:
     return judge_run(name, 1, run)
 
 
-def nemo_smoke(exp: Expectations, workdir: Path, steps: int) -> Check:
+def nemo_smoke(exp: Expectations, workdir: Path, steps: int) -> CheckResult:
     name = "pretrain:nemo-recipe"
     if not exp.nemo_locked:
-        return Check(name, 1, SKIPPED, None, RULE_TEXT, detail="not exercised: nemo-toolkit is not locked")
+        return CheckResult(name, 1, SKIPPED, None, RULE_TEXT, detail="not exercised: nemo-toolkit is not locked")
     if not _has("nemo"):
-        return Check(name, 1, FAIL, None, RULE_TEXT, advice="nemo-toolkit is locked but not installed")
+        return CheckResult(name, 1, FAIL, None, RULE_TEXT, advice="nemo-toolkit is locked but not installed")
     run = run_worker("envbuilder.certify.nemo_smoke", [f"--steps={steps}"], 1, workdir, "nemo-recipe",
                      timeout_s=600)
     return judge_run(name, 1, run)
 
 
-def mbridge_smoke(exp: Expectations, workdir: Path, steps: int) -> Check:
+def mbridge_smoke(exp: Expectations, workdir: Path, steps: int) -> CheckResult:
     """Megatron-Bridge's Qwen2.5 pretrain recipe, shrunk (envbuilder/certify/mbridge_smoke.py)."""
     name = "pretrain:mbridge-recipe"
     if not exp.mbridge_locked:
-        return Check(name, 1, SKIPPED, None, RULE_TEXT, detail="not exercised: megatron-bridge is not locked")
+        return CheckResult(name, 1, SKIPPED, None, RULE_TEXT, detail="not exercised: megatron-bridge is not locked")
     if not _has("megatron.bridge"):
-        return Check(name, 1, FAIL, None, RULE_TEXT, detail="megatron.bridge is not importable",
+        return CheckResult(name, 1, FAIL, None, RULE_TEXT, detail="megatron.bridge is not importable",
                      advice="megatron-bridge is locked but not installed; fix: rebuild the environment")
     run = run_worker("envbuilder.certify.mbridge_smoke", [f"--steps={steps}"], 1, workdir, "mbridge-recipe",
                      timeout_s=600)
     return judge_run(name, 1, run)
 
 
-def nccl_check(workdir: Path, nproc: int) -> Check:
+def nccl_check(workdir: Path, nproc: int) -> CheckResult:
     run = run_worker("envbuilder.certify.nccl_probe", [], nproc, workdir, f"nccl-{nproc}gpu", timeout_s=300)
     thr = f"correct sum; best bus bandwidth >= {NCCL_MIN_BUSBW_GBPS:g} GB/s"
     if run.rc != 0 or not run.result:
-        return Check(f"nccl-allreduce-{nproc}gpu", 2, FAIL, None, thr, detail=tail(run.log),
+        return CheckResult(f"nccl-allreduce-{nproc}gpu", 2, FAIL, None, thr, detail=tail(run.log),
                      advice=advise(run.log) or "NCCL all-reduce failed; check NCCL_DEBUG=INFO output")
     r = run.result
     best = max(r["busbw_gbps"].values())
     ok = r["correct"] and best >= NCCL_MIN_BUSBW_GBPS
-    return Check(f"nccl-allreduce-{nproc}gpu", 2, PASS if ok else FAIL,
+    return CheckResult(f"nccl-allreduce-{nproc}gpu", 2, PASS if ok else FAIL,
                  {"busbw_gbps": r["busbw_gbps"], "best_busbw_gbps": best, "correct": r["correct"],
                   "nccl": r.get("nccl"), "world_size": r["world_size"]}, thr,
                  advice=None if ok else "all-reduce is slow or wrong: check NVLink/IB (nvidia-smi topo -m), "
                                         "NCCL_P2P_DISABLE/NCCL_IB_DISABLE and the container's --ipc/--shm-size")
 
 
-def run_parallel_variants(exp: Expectations, workdir: Path, gpus: int, steps: int) -> list[Check]:
+def run_parallel_variants(exp: Expectations, workdir: Path, gpus: int, steps: int) -> list[CheckResult]:
     nproc, variants = variants_for(gpus)
     model = Model()
-    checks = [nccl_check(workdir, nproc)]
+    checks = TimedChecks()
+    checks.append(nccl_check(workdir, nproc))
     if not _has("megatron.core"):
         locked = exp.is_locked("megatron-core")
-        return checks + [Check(f"parallel:{v.name}", 2, FAIL if locked else NOT_INSTALLED, None, RULE_TEXT,
-                               detail="megatron-core is not installed") for v in variants]
+        return [*checks, *(CheckResult(f"parallel:{v.name}", 2, FAIL if locked else NOT_INSTALLED, None, RULE_TEXT,
+                               detail="megatron-core is not installed") for v in variants)]
     te = _has("transformer_engine")
     for v in variants:
         name = f"parallel:{v.name}"
         problems = layout_problems(v, model, nproc) + check_parallel_failures(v, model, nproc)
         if problems:  # a bug in the variant table, not in the environment
-            checks.append(Check(name, 2, FAIL, None, RULE_TEXT, detail="; ".join(problems),
+            checks.append(CheckResult(name, 2, FAIL, None, RULE_TEXT, detail="; ".join(problems),
                                 advice="internal: variant breaks a check-parallel rule"))
             continue
         if v.needs_te and not te:
-            checks.append(Check(name, 2, SKIPPED, {"layout": v.to_dict()}, RULE_TEXT,
+            checks.append(CheckResult(name, 2, SKIPPED, {"layout": v.to_dict()}, RULE_TEXT,
                                 detail="not run: context parallelism needs Transformer Engine, not installed"))
             continue
         run = run_worker("envbuilder.certify.train_mcore", [*v.args(model), f"--steps={steps}"], nproc, workdir,

@@ -10,34 +10,24 @@ from pathlib import Path
 from typing import Any
 
 from envbuilder import __version__
-from envbuilder.canonical import dumps
-from envbuilder.certify import CERT_NAME, CERT_SCHEMA, REPORT_NAME
+from envbuilder.certify import CERT_NAME, REPORT_NAME
+from envbuilder.certify.certificate import CERT_SCHEMA, Artifact, CertHost, Certificate, GpuInfo, summarize
 from envbuilder.certify.expect import Expectations
 from envbuilder.certify.lossrule import RULE_TEXT
-from envbuilder.certify.result import STATUSES, Check, overall_status
+from envbuilder.certify.result import CheckResult, overall_status
 from envbuilder.certify.svgplot import loss_svg
 
 
-def build_certificate(exp: Expectations, facts: dict[str, Any], checks: list[Check], level: int,
-                      torch_version: str | None, timestamp: str | None = None) -> dict[str, Any]:
-    cert: dict[str, Any] = {
-        "schema": CERT_SCHEMA,
-        "envbuilder_version": __version__,
-        "level": level,
-        "status": overall_status(checks),
-        "lock_sha256": exp.lock_sha256,
-        "row": exp.row,
-        "expectations_sha256": exp.sha256,
-        "artifact": exp.artifact or {"kind": "unknown"},
-        "host": {"driver": facts.get("driver"), "gpus": facts.get("gpus", []), "gpu_count": facts.get("count", 0),
-                 "python": platform.python_version(), "torch": torch_version},
-        "checks": [c.to_dict() for c in checks],
-        "summary": {s: sum(1 for c in checks if c.status == s) for s in STATUSES},
-        "loss_rule": RULE_TEXT,
-    }
-    if timestamp:
-        cert["created"] = timestamp
-    return cert
+def build_certificate(exp: Expectations, facts: dict[str, Any], checks: list[CheckResult], level: int,
+                      torch_version: str | None, timestamp: str | None = None) -> Certificate:
+    return Certificate(
+        schema=CERT_SCHEMA, envbuilder_version=__version__, level=level, status=overall_status(checks),
+        lock_sha256=exp.lock_sha256, row=exp.row, expectations_sha256=exp.sha256,
+        artifact=exp.artifact if exp.artifact is not None else Artifact(),
+        host=CertHost(facts.get("driver"), tuple(GpuInfo(g["name"], g.get("sm"), g.get("memory_gib"))
+                                                 for g in facts.get("gpus", [])),
+                      facts.get("count", 0), platform.python_version(), torch_version),
+        checks=list(checks), summary=summarize(checks), loss_rule=RULE_TEXT, created=timestamp or None)
 
 
 def _write(path: Path, text: str) -> None:
@@ -71,50 +61,49 @@ def _fmt(v: Any) -> str:
     return str(v).replace("|", "/")
 
 
-def render_report(cert: dict[str, Any]) -> tuple[str, dict[str, str]]:
+def render_report(cert: Certificate) -> tuple[str, dict[str, str]]:
     """(markdown, {svg file name: svg text})."""
-    h = cert["host"]
-    gpus = ", ".join(sorted({g["name"] for g in h["gpus"]})) or "none"
+    h = cert.host
+    gpus = ", ".join(sorted({g.name for g in h.gpus})) or "none"
     lines = [
-        f"# Certificate: {cert['status'].upper()}",
+        f"# Certificate: {cert.status.upper()}",
         "",
-        f"- level: {cert['level']}; row: {cert['row'] or 'none'}",
-        f"- lock sha256: `{cert['lock_sha256'] or 'none (no lock given)'}`",
-        f"- artifact: {_fmt(cert['artifact'])}",
-        f"- host: driver {h['driver'] or 'none'}, {h['gpu_count']} x {gpus}; python {h['python']}, "
-        f"torch {h['torch']}",
-        f"- loss rule: {cert['loss_rule']}",
-        f"- summary: {_fmt(cert['summary'])}",
+        f"- level: {cert.level}; row: {cert.row or 'none'}",
+        f"- lock sha256: `{cert.lock_sha256 or 'none (no lock given)'}`",
+        f"- artifact: {_fmt(cert.artifact.to_dict())}",
+        f"- host: driver {h.driver or 'none'}, {h.gpu_count} x {gpus}; python {h.python}, torch {h.torch}",
+        f"- loss rule: {cert.loss_rule}",
+        f"- summary: {_fmt(cert.summary)}",
         "",
         "| check | level | status | measured | threshold | advice |",
         "|---|---|---|---|---|---|",
     ]
     svgs: dict[str, str] = {}
-    for c in cert["checks"]:
-        meas = _fmt(c["measured"]) or (c.get("detail") or "")
-        if c["status"] in ("skipped", "not-installed") and c.get("detail"):
-            meas = c["detail"]  # why it did not run says more than its (empty) measurements
-        lines.append(f"| {c['name']} | {c['level']} | {c['status']} | {meas[:160]} | {_fmt(c['threshold'])[:120]} "
-                     f"| {_fmt(c['advice'])} |")
-    curves = [c for c in cert["checks"] if c.get("losses")]
+    for c in cert.checks:
+        meas = _fmt(c.measured) or (c.detail or "")
+        if c.status in ("skipped", "not-installed") and c.detail:
+            meas = c.detail  # why it did not run says more than its (empty) measurements
+        lines.append(f"| {c.name} | {c.level} | {c.status} | {meas[:160]} | {_fmt(c.threshold)[:120]} "
+                     f"| {_fmt(c.advice)} |")
+    curves = [c for c in cert.checks if c.losses]
     if curves:
         lines += ["", "## Loss curves", ""]
         for c in curves:
-            fname = f"loss-{_slug(c['name'])}.svg"
-            svgs[fname] = loss_svg(f"{c['name']} ({c['status']})", c["losses"])
-            lines += [f"### {c['name']}", "", f"![{c['name']}]({fname})", ""]
-    details = [c for c in cert["checks"] if c["status"] == "fail" and c.get("detail")]
+            fname = f"loss-{_slug(c.name)}.svg"
+            svgs[fname] = loss_svg(f"{c.name} ({c.status})", c.losses or [])
+            lines += [f"### {c.name}", "", f"![{c.name}]({fname})", ""]
+    details = [c for c in cert.checks if c.status == "fail" and c.detail]
     if details:
         lines += ["", "## Failure details", ""]
         for c in details:
-            lines += [f"### {c['name']}", "", "```", c["detail"], "```", ""]
+            lines += [f"### {c.name}", "", "```", c.detail or "", "```", ""]
     return "\n".join(lines).rstrip() + "\n", svgs
 
 
-def write_outputs(cert: dict[str, Any], out_dir: Path) -> None:
+def write_outputs(cert: Certificate, out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     md, svgs = render_report(cert)
     for name, text in svgs.items():
         _write(out_dir / name, text)
     _write(out_dir / REPORT_NAME, md)
-    _write(out_dir / CERT_NAME, dumps(cert))  # last: its presence means the rest is complete
+    _write(out_dir / CERT_NAME, cert.to_json())  # last: its presence means the rest is complete

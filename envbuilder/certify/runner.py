@@ -18,6 +18,7 @@ from typing import ClassVar
 
 from envbuilder import procs
 from envbuilder.canonical import sha256_file
+from envbuilder.certify.certificate import Artifact
 from envbuilder.choices import CERTIFY_TARGETS
 from envbuilder.errors import CertifyEnvironmentError, ImageNotFoundError, ToolMissingError
 from envbuilder.lock.record import LABEL_LOCK_SHA256, RECORD_NAME
@@ -104,8 +105,8 @@ class _HostTarget:
     on_host: ClassVar[bool] = True
     kind: ClassVar[str] = ""
 
-    def artifact(self) -> dict[str, str]:
-        return {"kind": self.kind}
+    def artifact(self) -> Artifact:
+        return Artifact(self.kind)
 
     def python(self) -> str:
         return sys.executable
@@ -170,12 +171,12 @@ class _ContainerTarget:
     def lock_inside(self, dest: Path) -> Path | None:
         return None
 
-    def _file_artifact(self) -> dict[str, str]:
+    def _file_artifact(self) -> Artifact:
         p = Path(self.ref)
         if not p.is_file():
             raise CertifyEnvironmentError(f"{p} does not exist", f"export it first: envbuilder export --format "
                                           f"{self.kind}")
-        return {"kind": self.kind, "ref": p.name, "sha256": sha256_file(p)}
+        return Artifact(self.kind, p.name, sha256=sha256_file(p))
 
 
 @dataclass(frozen=True)
@@ -184,9 +185,9 @@ class ImageTarget(_ContainerTarget):
 
     kind: ClassVar[str] = "image"
 
-    def artifact(self) -> dict[str, str]:
+    def artifact(self) -> Artifact:
         digest, _ = image_info(self.ref)
-        return {"kind": "image", "ref": self.ref, "digest": digest}
+        return Artifact("image", self.ref, digest=digest)
 
     def command(self, inner_args: list[str], in_dir: Path, out_dir: Path, gpus: bool) -> Command:
         pkg = str(package_root() / "envbuilder")
@@ -213,7 +214,7 @@ class SqshTarget(_ContainerTarget):
 
     kind: ClassVar[str] = "sqsh"
 
-    def artifact(self) -> dict[str, str]:
+    def artifact(self) -> Artifact:
         return self._file_artifact()
 
     def command(self, inner_args: list[str], in_dir: Path, out_dir: Path, gpus: bool) -> Command:
@@ -237,7 +238,7 @@ class SifTarget(_ContainerTarget):
 
     kind: ClassVar[str] = "sif"
 
-    def artifact(self) -> dict[str, str]:
+    def artifact(self) -> Artifact:
         return self._file_artifact()
 
     def command(self, inner_args: list[str], in_dir: Path, out_dir: Path, gpus: bool) -> Command:

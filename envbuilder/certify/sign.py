@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from envbuilder.atomic import write_atomic
+from envbuilder.certify.certificate import Certificate
 from envbuilder.dsse import IN_TOTO_PAYLOAD_TYPE, STATEMENT_TYPE, Envelope, canonical_json, keyid_of
 from envbuilder.errors import CertificateUnsignedError, SignatureInvalidError, SigningKeyError
 
@@ -36,32 +37,31 @@ class SignResult:
         return {"envelope": str(self.envelope), "keyid": self.keyid, "subject": self.subject}
 
 
-def subject_of(cert: dict[str, Any]) -> dict[str, Any]:
+def subject_of(cert: Certificate) -> dict[str, Any]:
     """What the certificate certifies: image digest, artifact sha256, else the lock."""
-    art = cert.get("artifact") or {}
-    kind = art.get("kind")
-    if kind == "image" and str(art.get("digest", "")).startswith("sha256:"):
-        return {"name": str(art.get("ref") or "image"), "digest": {"sha256": str(art["digest"])[7:]}}
-    if kind in ("sqsh", "sif") and art.get("sha256"):
-        return {"name": Path(str(art.get("ref") or kind)).name, "digest": {"sha256": str(art["sha256"])}}
-    if cert.get("lock_sha256"):
-        return {"name": "uv.lock", "digest": {"sha256": str(cert["lock_sha256"])}}
+    art = cert.artifact
+    if art.kind == "image" and (art.digest or "").startswith("sha256:"):
+        return {"name": art.ref or "image", "digest": {"sha256": str(art.digest)[7:]}}
+    if art.kind in ("sqsh", "sif") and art.sha256:
+        return {"name": Path(art.ref or art.kind).name, "digest": {"sha256": art.sha256}}
+    if cert.lock_sha256:
+        return {"name": "uv.lock", "digest": {"sha256": cert.lock_sha256}}
     raise SigningKeyError("the certificate names neither an artifact digest nor a lock; nothing to sign for",
                           "certify an image, sqsh or SIF, or pass --lock")
 
 
 def statement(cert_bytes: bytes) -> dict[str, Any]:
-    cert = json.loads(cert_bytes)
-    art = cert.get("artifact") or {}
+    cert = Certificate.from_json(cert_bytes, "certificate.json", SigningKeyError)
+    art = cert.artifact
     return {
         "_type": STATEMENT_TYPE,
         "subject": [subject_of(cert)],
         "predicateType": PREDICATE_TYPE,
         "predicate": {
             "certificate": {"name": "certificate.json", "sha256": hashlib.sha256(cert_bytes).hexdigest()},
-            "row": cert.get("row"), "level": cert.get("level"), "status": cert.get("status"),
-            "lock_sha256": cert.get("lock_sha256"), "artifact_kind": art.get("kind"),
-            "sbom": art.get("sbom"),
+            "row": cert.row, "level": cert.level, "status": cert.status,
+            "lock_sha256": cert.lock_sha256, "artifact_kind": art.kind,
+            "sbom": art.sbom.to_dict() if art.sbom else None,
         },
     }
 
@@ -111,6 +111,7 @@ def verify_signature(cert_path: Path, public_key: Any) -> dict[str, Any]:
     if have != want:
         raise SignatureInvalidError(f"{cert_path} was changed after signing (sha256 {have[:12]}…, the signed "
                                     f"statement names {str(want)[:12]}…)", bad)
-    if stmt.get("subject") != [subject_of(json.loads(cert_bytes))]:
+    if stmt.get("subject") != [subject_of(Certificate.from_json(cert_bytes, str(cert_path), SignatureInvalidError,
+                                                                bad))]:
         raise SignatureInvalidError("the signed statement's subject is not the certificate's artifact", bad)
     return {"signed": True, "keyid": kid, "subject": stmt["subject"][0], "predicate_type": stmt["predicateType"]}

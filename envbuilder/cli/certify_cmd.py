@@ -14,6 +14,7 @@ from envbuilder.console import emit_json, stderr_console
 from envbuilder.errors import InvalidOptionError
 
 if TYPE_CHECKING:  # the certify package is imported only when a certify command runs
+    from envbuilder.certify.certificate import Certificate
     from envbuilder.certify.runner import Target
 
 _STYLE = {"pass": "green", "fail": "bold red", "skipped": "yellow", "not-installed": "dim"}
@@ -32,16 +33,16 @@ def _target(image: str | None, sqsh: Path | None, sif: Path | None, venv: Path |
     return make_target(kind, None if kind == "in-place" else str(ref), interpreter)
 
 
-def _print_table(cert: dict[str, Any]) -> None:
+def _print_table(cert: Certificate) -> None:
     from rich.table import Table
 
     console = stderr_console()
-    table = Table(title=f"certificate: {cert['status'].upper()} (level {cert['level']})", show_lines=False)
+    table = Table(title=f"certificate: {cert.status.upper()} (level {cert.level})", show_lines=False)
     for col in ("check", "status", "detail / advice"):
         table.add_column(col)
-    for c in cert["checks"]:
-        note = c.get("advice") or c.get("detail") or ""
-        table.add_row(c["name"], f"[{_STYLE.get(c['status'], '')}]{c['status']}[/]", note[:120])
+    for c in cert.checks:
+        note = c.advice or c.detail or ""
+        table.add_row(escape(c.name), f"[{_STYLE.get(c.status, '')}]{c.status}[/]", escape(note[:120]))
     console.print(table)
 
 
@@ -97,14 +98,14 @@ def certify(image: str | None, sqsh: Path | None, sif: Path | None, venv: Path |
     cert = result.certificate
     _print_table(cert)
     err = result.error()
-    if err is not None and not result.ran_any:
+    if err is not None and not cert.ran_any:
         raise err
     if output is not None:
         console.print(f"wrote {output}/certificate.json and report.md"
                       + (f", signed by key {result.signed_keyid[:12]}… ({output}/certificate.dsse.json)"
                          if result.signed_keyid else ""))
     if as_json:
-        emit_json(cert)
+        emit_json(cert.to_dict())
     if err is not None:
         if as_json:  # the certificate is the JSON document; keep stdout to one document
             click.echo(f"error: {err.cause}\n  fix: {err.fix}", err=True)
@@ -154,7 +155,7 @@ def verify_cert(cert: Path, lock: Path, image: str | None, sqsh: Path | None, si
     result["sbom"] = verify_sbom(data, cert.parent)
     result["signature"] = signature
     console.print(f"[green]verified[/]: {cert} belongs to lock {result['lock_sha256'][:12]}…"
-                  + (f" and {artifact['kind']} {artifact.get('ref')}" if artifact else "")
+                  + (f" and {artifact.kind} {artifact.ref}" if artifact else "")
                   + f", level {result['level']}, passed"
                   + (f"; signature by key {signature['keyid'][:12]}… holds" if signature.get("keyid") else ""))
     if as_json:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from envbuilder.certify.certificate import Certificate
 from envbuilder.errors import ReportInputError
+from envbuilder.jsonread import read_bytes
 
 CERT_NAME = "certificate.json"
 #: a rendered dashboard holds copies of certificates; searching a directory skips them
@@ -23,44 +23,39 @@ def _in_dashboard(f: Path, top: Path) -> bool:
 @dataclass(frozen=True)
 class CertEntry:
     path: Path
-    cert: dict[str, Any]
+    cert: Certificate
     sha256: str
 
     @property
     def row(self) -> str:
-        return str(self.cert.get("row") or "no-row")
+        return self.cert.row or "no-row"
 
     @property
     def gpu_model(self) -> str:
         """The GPU model the numbers were measured on ('cpu' when none): regressions compare like with like."""
-        names = sorted({str(g.get("name")) for g in (self.cert.get("host") or {}).get("gpus") or []})
-        return " + ".join(names) if names else "cpu"
+        return self.cert.host.gpu_model
 
     @property
     def gpu_count(self) -> int:
-        return int((self.cert.get("host") or {}).get("gpu_count") or 0)
+        return self.cert.host.gpu_count
 
     @property
     def label(self) -> str:
         gpus = f"{self.gpu_count} × {self.gpu_model}" if self.gpu_count else "CPU"
-        return f"{self.row} · L{self.cert.get('level')} · {gpus}"
+        return f"{self.row} · L{self.cert.level} · {gpus}"
 
     @property
     def slug(self) -> str:
-        return re.sub(r"[^A-Za-z0-9._-]+", "-", f"{self.row}-L{self.cert.get('level')}-{self.gpu_count}x-"
+        return re.sub(r"[^A-Za-z0-9._-]+", "-", f"{self.row}-L{self.cert.level}-{self.gpu_count}x-"
                       f"{self.gpu_model}").strip("-").lower()
 
 
+_FIX = "pass certificate.json files written by `envbuilder certify -o DIR`"
+
+
 def _load(path: Path) -> CertEntry:
-    try:
-        raw = path.read_bytes()
-        cert = json.loads(raw)
-    except (OSError, ValueError) as exc:
-        raise ReportInputError(f"{path} is not a readable certificate ({exc})",
-                               "pass certificate.json files written by `envbuilder certify -o DIR`") from exc
-    if not isinstance(cert, dict) or not isinstance(cert.get("checks"), list) or "status" not in cert:
-        raise ReportInputError(f"{path} is not an envbuilder certificate",
-                               "pass certificate.json files written by `envbuilder certify -o DIR`")
+    raw = read_bytes(path, what="certificate")
+    cert = Certificate.from_json(raw, f"certificate {path}", ReportInputError, _FIX)
     return CertEntry(path, cert, hashlib.sha256(raw).hexdigest())
 
 

@@ -21,9 +21,9 @@ HISTORY_SCHEMA = 1
 
 
 def entry_of(e: CertEntry) -> dict[str, Any]:
-    return {"row": e.row, "gpu_model": e.gpu_model, "gpu_count": e.gpu_count, "level": e.cert.get("level"),
-            "status": e.cert.get("status"), "certificate_sha256": e.sha256, "lock_sha256": e.cert.get("lock_sha256"),
-            "created": e.cert.get("created"), "metrics": metrics_of(e.cert)}
+    return {"row": e.row, "gpu_model": e.gpu_model, "gpu_count": e.gpu_count, "level": e.cert.level,
+            "status": e.cert.status, "certificate_sha256": e.sha256, "lock_sha256": e.cert.lock_sha256,
+            "created": e.cert.created, "metrics": metrics_of(e.cert)}
 
 
 @dataclass

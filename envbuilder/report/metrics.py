@@ -5,21 +5,21 @@ Keys name the check they come from, so a 2-GPU NCCL number is never compared wit
 
 from __future__ import annotations
 
-from typing import Any
+from envbuilder.certify.certificate import Certificate
 
 #: metric key prefix -> (title, unit)
 KINDS = {"tokens_per_s": ("training throughput", "tokens/s"), "gemm_tflops": ("GEMM", "TFLOP/s"),
          "nccl_busbw_gbps": ("NCCL all-reduce bus bandwidth", "GB/s")}
 
 
-def metrics_of(cert: dict[str, Any]) -> dict[str, float]:
+def metrics_of(cert: Certificate) -> dict[str, float]:
     """{'tokens_per_s:pretrain:torch-gpt-1gpu': 630469.0, 'gemm_tflops:gemm-bf16': 695.2, ...} from passed checks."""
     out: dict[str, float] = {}
-    for c in cert.get("checks") or []:
-        m = c.get("measured")
-        if c.get("status") != "pass" or not isinstance(m, dict):
+    for c in cert.checks:
+        m = c.measured
+        if c.status != "pass" or not isinstance(m, dict):
             continue
-        name = str(c.get("name"))
+        name = c.name
         if isinstance(m.get("tokens_per_s"), (int, float)):
             out[f"tokens_per_s:{name}"] = float(m["tokens_per_s"])
         if name.startswith("gemm") and isinstance(m.get("probe_tflops"), (int, float)):

@@ -120,7 +120,7 @@ def build_report(opts: ReportOptions, progress: Progress = lambda _m: None) -> R
                 if src.is_file():
                     shutil.copyfile(src, page / name)
                     v.files.append(name)
-            lockdir = locks.get(str(v.entry.cert.get("lock_sha256")))
+            lockdir = locks.get(str(v.entry.cert.lock_sha256))
             if lockdir is not None:
                 (page / "lock").mkdir()
                 for name in LOCK_FILES:
@@ -130,12 +130,12 @@ def build_report(opts: ReportOptions, progress: Progress = lambda _m: None) -> R
             v.history = history.series(v.entry)
             write_atomic(page / "index.html", render_row(v, opts.threshold_pct))
             result.rows.append({"label": v.entry.label, "row": v.entry.row, "slug": v.entry.slug,
-                                "gpu_model": v.entry.gpu_model, "level": v.entry.cert.get("level"),
-                                "status": v.entry.cert["status"], "perf": v.perf, "signature": v.signature,
+                                "gpu_model": v.entry.gpu_model, "level": v.entry.cert.level,
+                                "status": v.entry.cert.status, "perf": v.perf, "signature": v.signature,
                                 "certificate": str(v.entry.path), "certificate_sha256": v.entry.sha256,
                                 "previous_sha256": v.previous_sha256,
                                 "regressions": [r.to_dict() for r in v.regressions]})
-            progress(f"{v.entry.label}: {v.entry.cert['status']}, perf {v.perf}")
+            progress(f"{v.entry.label}: {v.entry.cert.status}, perf {v.perf}")
         write_atomic(stage / "index.html", render_index(views, opts.threshold_pct))
         inside = hist_path.resolve().parent == out.resolve()
         history.save(stage / hist_path.name if inside else hist_path)

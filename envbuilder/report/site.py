@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import Any
 
+from envbuilder.certify.result import CheckResult
 from envbuilder.certify.svgplot import loss_svg
 from envbuilder.report.collect import CertEntry
 from envbuilder.report.gate import Regression
@@ -74,9 +75,8 @@ def columns(entries: list[CertEntry]) -> list[str]:
     """Every check name any certificate ran, by level, then in the order certificates list them."""
     order: dict[str, tuple[int, int]] = {}
     for e in entries:
-        for i, c in enumerate(e.cert["checks"]):
-            name = str(c.get("name"))
-            order.setdefault(name, (int(c.get("level") or 0), i))
+        for i, c in enumerate(e.cert.checks):
+            order.setdefault(c.name, (c.level, i))
     return sorted(order, key=lambda n: (order[n], n))
 
 
@@ -86,17 +86,17 @@ def render_index(views: list[RowView], threshold_pct: float) -> str:
     lines = []
     for v in views:
         e = v.entry
-        by_name = {str(c.get("name")): str(c.get("status")) for c in e.cert["checks"]}
+        by_name = {c.name: c.status for c in e.cert.checks}
         cells = "".join(status_cell(by_name.get(c, "not-run"), c) for c in cols)
         perf_cls = "regressed" if v.regressions else "ok"
         perf = escape(v.perf) + ("".join(f"<br>{escape(r.metric)} −{r.drop_pct:.1f}%" for r in v.regressions))
         lines.append(
-            f'<tr data-row="{escape(e.row)}" data-slug="{e.slug}" data-status="{escape(str(e.cert["status"]))}">'
+            f'<tr data-row="{escape(e.row)}" data-slug="{e.slug}" data-status="{escape(e.cert.status)}">'
             f'<th scope="row"><a href="rows/{e.slug}/index.html">{escape(e.label)}</a></th>'
-            + status_cell(str(e.cert["status"]), "overall")
+            + status_cell(e.cert.status, "overall")
             + f'<td class="{perf_cls}" data-perf="{escape(v.perf)}">{perf}</td>'
             f'<td data-signature="{escape(v.signature)}">{escape(v.signature)}</td>{cells}</tr>')
-    counts = {s: sum(1 for v in views if v.entry.cert["status"] == s) for s in ("pass", "fail")}
+    counts = {s: sum(1 for v in views if v.entry.cert.status == s) for s in ("pass", "fail")}
     regressed = sum(1 for v in views if v.regressions)
     legend = "".join(f'<span class="st-{s}">{SYMBOL[s]} {s}</span>' for s in SYMBOL)
     body = (f"<h1>envbuilder certification</h1>\n"
@@ -119,9 +119,9 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def _curve(ch: dict[str, Any]) -> str:
-    name = str(ch["name"])
-    svg = loss_svg(f"{name} ({ch['status']})", [float(x) for x in ch["losses"]])
+def _curve(ch: CheckResult) -> str:
+    name = ch.name
+    svg = loss_svg(f"{name} ({ch.status})", [float(x) for x in ch.losses or []])
     return (f'<figure data-curve="{escape(name)}">{svg}'
             f"<figcaption>loss per step, {escape(name)}</figcaption></figure>")
 
@@ -129,22 +129,22 @@ def _curve(ch: dict[str, Any]) -> str:
 def render_row(v: RowView, threshold_pct: float) -> str:
     e = v.entry
     c = e.cert
-    host = c.get("host") or {}
-    facts = [("status", f'{SYMBOL.get(c["status"], "")} {c["status"]}'), ("row", e.row), ("level", c.get("level")),
+    host = c.host
+    facts = [("status", f'{SYMBOL.get(c.status, "")} {c.status}'), ("row", e.row), ("level", c.level),
              ("GPUs", f"{e.gpu_count} × {e.gpu_model}" if e.gpu_count else "none (CPU)"),
-             ("driver", host.get("driver")), ("python / torch", f"{host.get('python')} / {host.get('torch')}"),
-             ("lock sha256", c.get("lock_sha256") or "none"), ("artifact", _fmt(c.get("artifact"))),
+             ("driver", host.driver), ("python / torch", f"{host.python} / {host.torch}"),
+             ("lock sha256", c.lock_sha256 or "none"), ("artifact", _fmt(c.artifact.to_dict())),
              ("certificate sha256", e.sha256), ("signature", v.signature),
-             ("created", c.get("created") or "not recorded"),
-             ("envbuilder", c.get("envbuilder_version"))]
+             ("created", c.created or "not recorded"),
+             ("envbuilder", c.envbuilder_version)]
     facts_html = "".join(f'<tr><th scope="row">{escape(k)}</th><td>{escape(str(x))}</td></tr>' for k, x in facts)
     checks = "".join(
-        f'<tr data-check="{escape(str(ch.get("name")))}"><td>{escape(str(ch.get("name")))}</td>'
-        f'<td>{ch.get("level")}</td>{status_cell(str(ch.get("status")), str(ch.get("name")))}'
-        f'<td>{escape(_fmt(ch.get("measured")) or (ch.get("detail") or ""))}</td>'
-        f'<td>{escape(_fmt(ch.get("threshold")))}</td><td>{escape(_fmt(ch.get("advice")))}</td></tr>'
-        for ch in c["checks"])
-    curves = "".join(_curve(ch) for ch in c["checks"] if ch.get("losses"))
+        f'<tr data-check="{escape(ch.name)}"><td>{escape(ch.name)}</td>'
+        f'<td>{ch.level}</td>{status_cell(ch.status, ch.name)}'
+        f'<td>{escape(_fmt(ch.measured) or (ch.detail or ""))}</td>'
+        f'<td>{escape(_fmt(ch.threshold))}</td><td>{escape(_fmt(ch.advice))}</td></tr>'
+        for ch in c.checks)
+    curves = "".join(_curve(ch) for ch in c.checks if ch.losses)
     regress = "".join(f"<li class=\"regressed\">{escape(describe(r.metric))}: {r.previous:g} → {r.current:g} "
                       f"(−{r.drop_pct:.1f}%, threshold {threshold_pct:g}%)</li>" for r in v.regressions)
     keys = sorted({k for x in v.history for k in x.get("metrics", {})})
@@ -158,7 +158,7 @@ def render_row(v: RowView, threshold_pct: float) -> str:
                          f'<td>{escape(str(x.get("status")))}</td>{cells}</tr>')
     hist_head = "".join(f"<th>{escape(describe(k))}</th>" for k in keys)
     files = " · ".join(f'<a href="{escape(f)}">{escape(f)}</a>' for f in v.files + v.lock_files)
-    cert_json = json.dumps(c, indent=2, sort_keys=True, ensure_ascii=False)
+    cert_json = json.dumps(c.to_dict(), indent=2, sort_keys=True, ensure_ascii=False)
     body = (f'<nav><a href="../../index.html">← all rows</a></nav>\n<h1>{escape(e.label)}</h1>\n'
             f'<table id="facts">{facts_html}</table>\n'
             f"<h2>Performance against the previous certificate</h2>\n"

@@ -38,6 +38,9 @@ def test_cpu_pretrain_certificate(certify_torch_venv: Path, tmp_path: Path) -> N
     assert by["torch-build"]["measured"]["torch"].startswith("2.13.0")
     assert by["gemm"]["status"] == "skipped"  # --cpu: GPU checks are skipped, never passed
     assert cert["artifact"] == {"kind": "venv"}
+    # every check says how long it took; the pretrain is the slow one
+    assert all(isinstance(c["seconds"], (int, float)) and c["seconds"] >= 0 for c in cert["checks"])
+    assert pre["seconds"] >= max(c["seconds"] for c in cert["checks"] if c is not pre) / 10
     ET.parse(out / "loss-pretrain-torch-gpt-cpu-dp2.svg")
     assert "loss-pretrain-torch-gpt-cpu-dp2.svg" in (out / "report.md").read_text()
 

@@ -51,9 +51,8 @@ def test_fails_with_advice_when_locked_but_not_importable(tmp_path: Path, monkey
 
 
 def test_flag_follows_the_lock_and_survives_the_expectations_file(tmp_path: Path) -> None:
-    assert framework_flags({"megatron-bridge": "0.4.0", "torch": "2.11.0"}) == {
-        "nemo_locked": False, "mbridge_locked": True}
-    assert framework_flags({"nemo-toolkit": "2.6.0"}) == {"nemo_locked": True, "mbridge_locked": False}
+    assert framework_flags({"megatron-bridge": "0.4.0", "torch": "2.11.0"}) == (False, True)  # (nemo, mbridge)
+    assert framework_flags({"nemo-toolkit": "2.6.0"}) == (True, False)
     p = tmp_path / "expect.json"
     p.write_text(json.dumps({"schema": 1, "packages": {"megatron-bridge": "0.4.0"}, "mbridge_locked": True}))
     assert load_expectations(p).mbridge_locked

@@ -21,6 +21,9 @@ from pathlib import Path
 
 import pytest
 
+from envbuilder.certify.certificate import Artifact
+from envbuilder.certify.expect import Expectations
+
 OTHER_UID = 65534
 
 
@@ -116,16 +119,20 @@ exec "{sys.executable}" "$@"
 
 
 def _printed(**fields: object) -> str:
+    """What the environment prints: a certificate in envbuilder's canonical form, with `fields` replaced."""
     from envbuilder.canonical import dumps
 
     cert = {"schema": 1, "status": "pass", "level": 0, "lock_sha256": "a" * 64, "row": "r",
-            "checks": [{"name": "drift", "level": 0, "status": "pass"}], "summary": {"pass": 1},
-            "artifact": {"kind": "venv"}}
+            "checks": [{"name": "drift", "level": 0, "status": "pass", "measured": None, "threshold": None,
+                        "advice": None}], "summary": {"pass": 1},
+            "artifact": {"kind": "venv"}, "envbuilder_version": "0", "expectations_sha256": None,
+            "host": {"driver": None, "gpus": [], "gpu_count": 0, "python": "3.12", "torch": None},
+            "loss_rule": "rule"}
     cert.update(fields)
     return dumps(cert)
 
 
-EXP = {"lock_sha256": "a" * 64, "row": "r", "artifact": {"kind": "venv"}}
+EXP = Expectations(lock_sha256="a" * 64, row="r", artifact=Artifact("venv"))
 
 
 @pytest.mark.parametrize(("rc", "stdout", "needle"), [
@@ -153,5 +160,5 @@ def test_the_printed_certificate_is_checked_before_anything_is_written(rc: int, 
 def test_the_printed_certificate_is_taken_byte_for_byte() -> None:
     from envbuilder.certify.flow import _certificate_from
 
-    raw, cert = _certificate_from(50, _printed(losses=None), EXP, "venv")
-    assert raw == _printed(losses=None).encode() and cert["row"] == "r"
+    raw, cert = _certificate_from(50, _printed(), EXP, "venv")
+    assert raw == _printed().encode() and cert.row == "r"

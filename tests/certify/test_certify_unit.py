@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from envbuilder.certify.expect import Expectations, load_expectations, normalize
+from envbuilder.certify.certificate import Artifact, Certificate
+from envbuilder.certify.expect import DatasheetRate, Expectations, ExpectedTarget, load_expectations, normalize
 from envbuilder.certify.gpu import _sm_tokens, check_arch, check_driver
 from envbuilder.certify.level0 import check_drift, installed_versions, versions_match
 from envbuilder.certify.lossrule import judge_losses
-from envbuilder.certify.report import build_certificate, dumps, write_outputs
-from envbuilder.certify.result import FAIL, NOT_INSTALLED, PASS, SKIPPED, Check, advise, overall_status
+from envbuilder.certify.report import build_certificate, write_outputs
+from envbuilder.certify.result import FAIL, NOT_INSTALLED, PASS, SKIPPED, CheckResult, advise, overall_status
 from envbuilder.certify.variants import (
     FOUR_GPU,
     TWO_GPU,
@@ -29,7 +30,7 @@ from envbuilder.certify.variants import (
     variants_for,
 )
 from envbuilder.certify.verify import verify_certificate
-from envbuilder.errors import CertificateMismatchError, CertificationFailedError
+from envbuilder.errors import CertificateMismatchError, CertificationFailedError, MalformedFileError
 
 # --- loss rule --------------------------------------------------------------------------
 
@@ -96,7 +97,7 @@ def test_normalize_matches_uv_lock_names() -> None:
 
 
 def test_driver_check_compares_numerically() -> None:
-    exp = Expectations(target={"min_driver": "580.65.06"})
+    exp = Expectations(target=ExpectedTarget(min_driver="580.65.06"))
     assert check_driver(exp, {"driver": "580.159.04"}).status == PASS    # 159 > 65, not string order
     c = check_driver(exp, {"driver": "570.172.08"})
     assert c.status == FAIL and "580.65.06" in (c.advice or "")
@@ -111,14 +112,13 @@ def test_arch_list_forms() -> None:
 
 def test_arch_check_names_the_missing_sm() -> None:
     facts = {"gpus": [{"name": "NVIDIA H100 80GB HBM3", "sm": "9.0"}]}  # fake: no GPU here
-    assert check_arch(Expectations(target={"arch_list": "8.0;9.0"}), facts).status == PASS
-    c = check_arch(Expectations(target={"arch_list": "8.0;8.6"}), facts)
+    assert check_arch(Expectations(target=ExpectedTarget(arch_list="8.0;9.0")), facts).status == PASS
+    c = check_arch(Expectations(target=ExpectedTarget(arch_list="8.0;8.6")), facts)
     assert c.status == FAIL and "9.0" in (c.advice or "") and "--arch-list" in (c.advice or "")
 
 
 def test_datasheet_lookup_prefers_the_longest_alias() -> None:
-    exp = Expectations(datasheet=[{"names": ["H100"], "bf16_dense_tflops": 756.0},
-                                  {"names": ["H100 80GB HBM3"], "bf16_dense_tflops": 989.4}])
+    exp = Expectations(datasheet=(DatasheetRate(("H100",), 756.0), DatasheetRate(("H100 80GB HBM3",), 989.4)))
     assert exp.datasheet_tflops("NVIDIA H100 80GB HBM3") == 989.4
     assert exp.datasheet_tflops("NVIDIA H100 PCIe") == 756.0
     assert exp.datasheet_tflops("NVIDIA A10") is None
@@ -153,31 +153,31 @@ def test_failure_logs_map_to_advice() -> None:
 # --- certificate, report, verify ----------------------------------------------------------
 
 
-def _checks(failing: bool = False) -> list[Check]:
+def _checks(failing: bool = False) -> list[CheckResult]:
     return [
-        Check("drift", 0, PASS, {"checked": 3, "missing": [], "mismatched": {}}, "locked versions"),
-        Check("kernel:flash-attn", 1, NOT_INSTALLED, None, "rel err <= 0.02", detail="not installed"),
-        Check("parallel:pp2", 2, FAIL if failing else PASS, {"tokens_per_s": 1000}, "loss rule",
+        CheckResult("drift", 0, PASS, {"checked": 3, "missing": [], "mismatched": {}}, "locked versions"),
+        CheckResult("kernel:flash-attn", 1, NOT_INSTALLED, None, "rel err <= 0.02", detail="not installed"),
+        CheckResult("parallel:pp2", 2, FAIL if failing else PASS, {"tokens_per_s": 1000}, "loss rule",
               losses=[8.4, 7.0, 5.0, 3.0], advice="fix it" if failing else None),
     ]
 
 
-def _cert(exp: Expectations, failing: bool = False, timestamp: str | None = None) -> dict:
+def _cert(exp: Expectations, failing: bool = False, timestamp: str | None = None) -> Certificate:
     facts = {"driver": "580.159.04", "gpus": [{"name": "NVIDIA H200", "sm": "9.0"}], "count": 1}  # fake
     return build_certificate(exp, facts, _checks(failing), 2, "2.11.0", timestamp)
 
 
-EXP = Expectations(lock_sha256="a" * 64, row="smoke", artifact={"kind": "sqsh", "ref": "x.sqsh", "sha256": "b" * 64})
+EXP = Expectations(lock_sha256="a" * 64, row="smoke", artifact=Artifact("sqsh", "x.sqsh", sha256="b" * 64))
 
 
 def test_certificate_is_deterministic_and_has_no_timestamp() -> None:
-    a, b = dumps(_cert(EXP)), dumps(_cert(EXP))
+    a, b = _cert(EXP).to_json(), _cert(EXP).to_json()
     assert a == b
     data = json.loads(a)
     assert "created" not in data and list(data) == sorted(data)
     assert data["status"] == PASS and data["summary"] == {"pass": 2, "fail": 0, "skipped": 0, "not-installed": 1}
     assert data["lock_sha256"] == "a" * 64 and data["host"]["driver"] == "580.159.04"
-    assert json.loads(dumps(_cert(EXP, timestamp="2026-01-01T00:00:00Z")))["created"] == "2026-01-01T00:00:00Z"
+    assert json.loads(_cert(EXP, timestamp="2026-01-01T00:00:00Z").to_json())["created"] == "2026-01-01T00:00:00Z"
 
 
 def test_overall_status_ignores_skipped_and_not_installed() -> None:
@@ -195,33 +195,33 @@ def test_report_has_a_table_and_a_valid_svg_per_curve(tmp_path: Path) -> None:
     assert svg.tag.endswith("svg")
     poly = next(el for el in svg.iter() if el.tag.endswith("polyline"))
     assert len(poly.attrib["points"].split()) == 4
-    assert json.loads((tmp_path / "certificate.json").read_text()) == cert
+    assert Certificate.read(tmp_path / "certificate.json") == cert
 
 
 def test_verify_accepts_its_lock_and_artifact() -> None:
-    cert = json.loads(dumps(_cert(EXP)))
-    art = {"kind": "sqsh", "ref": "x.sqsh", "sha256": "b" * 64}
+    cert = Certificate.from_json(_cert(EXP).to_json())
+    art = Artifact("sqsh", "x.sqsh", sha256="b" * 64)
     assert verify_certificate(cert, "a" * 64, art)["verified"] is True
     assert verify_certificate(cert, "a" * 64, None)["verified"] is True
 
 
 def test_verify_rejects_another_lock_artifact_or_an_edit() -> None:
-    cert = json.loads(dumps(_cert(EXP)))
+    cert = Certificate.from_json(_cert(EXP).to_json())
     with pytest.raises(CertificateMismatchError) as e:
         verify_certificate(cert, "c" * 64, None)
     assert e.value.exit_code == 51
     with pytest.raises(CertificateMismatchError):
-        verify_certificate(cert, "a" * 64, {"kind": "sqsh", "ref": "x.sqsh", "sha256": "d" * 64})
+        verify_certificate(cert, "a" * 64, Artifact("sqsh", "x.sqsh", sha256="d" * 64))
     with pytest.raises(CertificateMismatchError):
-        verify_certificate(cert, "a" * 64, {"kind": "image", "ref": "t", "digest": "sha256:" + "b" * 64})
-    failed = json.loads(dumps(_cert(EXP, failing=True)))
-    failed["status"] = PASS  # hand edit: a failed check under a passing status
+        verify_certificate(cert, "a" * 64, Artifact("image", "t", digest="sha256:" + "b" * 64))
+    failed = Certificate.from_json(_cert(EXP, failing=True).to_json())
+    failed.status = PASS  # hand edit: a failed check under a passing status
     with pytest.raises(CertificateMismatchError):
         verify_certificate(failed, "a" * 64, None)
 
 
 def test_verify_rejects_a_failed_certificate() -> None:
-    cert = json.loads(dumps(_cert(EXP, failing=True)))
+    cert = Certificate.from_json(_cert(EXP, failing=True).to_json())
     with pytest.raises(CertificationFailedError) as e:
         verify_certificate(cert, "a" * 64, None)
     assert e.value.exit_code == 50 and "parallel:pp2" in e.value.cause
@@ -237,13 +237,13 @@ def test_expectations_roundtrip(tmp_path: Path) -> None:
     exp = load_expectations(p)
     assert exp.packages == {"megatron-core": "0.19.2"} and exp.nemo_locked and exp.sha256
     p.write_text(json.dumps({"schema": 99}))
-    with pytest.raises(ValueError, match="schema"):
+    with pytest.raises(MalformedFileError, match="schema"):
         load_expectations(p)
 
 
 def test_device_expectations_file_is_valid(repo_root: Path) -> None:
     exp = load_expectations(repo_root / "bench" / "certify" / "device-expect.json")
-    assert exp.target["min_driver"] and exp.datasheet_tflops("NVIDIA H100 80GB HBM3")
+    assert exp.target.min_driver and exp.datasheet_tflops("NVIDIA H100 80GB HBM3")
 
 
 # --- parallel variants --------------------------------------------------------------------

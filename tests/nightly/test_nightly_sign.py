@@ -66,7 +66,8 @@ def test_sign_then_verify_binds_subject_and_bytes(certdir: tuple[Path, Path], ke
 
 
 def test_image_subject_is_the_image_digest() -> None:
-    cert = {"artifact": {"kind": "image", "ref": "t:1", "digest": "sha256:" + "c" * 64}, "lock_sha256": "a" * 64}
+    cert = {"artifact": {"kind": "image", "ref": "t:1", "digest": "sha256:" + "c" * 64}, "lock_sha256": "a" * 64,
+            "status": "pass", "checks": []}
     assert statement(json.dumps(cert).encode())["subject"] == [{"name": "t:1", "digest": {"sha256": "c" * 64}}]
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from golden_files import check_golden
 
+from envbuilder.certify.certificate import Certificate
 from envbuilder.errors import ReportInputError
 from envbuilder.report import ReportOptions, build_report
 from envbuilder.report.gate import find_regressions
@@ -68,7 +69,7 @@ class _Grid(HTMLParser):
 
 
 def test_metrics_from_a_real_certificate() -> None:
-    m = metrics_of(json.loads((BENCH / "certify-h200x2" / "certificate.json").read_text()))
+    m = metrics_of(Certificate.read(BENCH / "certify-h200x2" / "certificate.json"))
     assert m["gemm_tflops:gemm-bf16"] == 669.0
     assert m["nccl_busbw_gbps:nccl-allreduce-2gpu"] == 332.7
     assert m["tokens_per_s:parallel:dp2-distopt"] == 417270.0
