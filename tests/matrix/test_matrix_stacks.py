@@ -31,11 +31,26 @@ def test_2604_stacks_have_their_own_driver_floor(m) -> None:  # type: ignore[no-
     assert stacks["hermetic"].cuda_toolkit.value == "13.0.2"
     assert stacks["hermetic"].min_driver.value == "580.95.05"  # not the 13.0 GA floor 580.65.06
     assert stacks["hermetic"].minor_compat_floor.value == "580.65.06"
-    # container: CUDA 13.1.1, whose own Table 3 row is unknown -> the 13.1 GA floor, said to be a lower bound
+    # container: CUDA 13.1.1 -> its own Table 3 row 'CUDA 13.1 Update 1 | 590.48.01', not the 13.1 GA floor 590.44.01
     assert stacks["container"].cuda_toolkit.value == "13.1.1"
-    assert stacks["container"].min_driver.value == "590.44.01"
-    assert "lower bound" in stacks["container"].min_driver.source
+    assert stacks["container"].min_driver.value == "590.48.01"
+    assert "lower bound" not in stacks["container"].min_driver.source
     assert stacks["container"].torch.value.startswith("2.11.0a0")
+
+
+def test_an_update_with_an_unknown_floor_falls_back_to_its_ga_as_a_lower_bound(m) -> None:  # type: ignore[no-untyped-def]
+    from envbuilder.matrix.model import Fact
+    from envbuilder.matrix.stacks import min_driver_for
+
+    got = min_driver_for(m, Fact("13.2", "test"), Fact("13.2.2", "test"))  # 13.2 Update 2: no Table 3 row read
+    assert got.value == "595.45.04" and "lower bound" in got.source
+    assert min_driver_for(m, Fact("13.3", "test"), Fact("13.3.0", "test")).value == "610.43.02"
+
+
+def test_every_cuda_release_but_one_has_a_known_floor(m) -> None:  # type: ignore[no-untyped-def]
+    # the one exception is named in matrices/cuda.toml's header with the reason; a new unknown needs the same
+    unknown = [c.version for c in m.cuda_releases if not c.min_driver_linux.known]
+    assert unknown == ["13.2.2"]
 
 
 def test_old_rows_keep_the_ga_floor_and_say_so(m) -> None:  # type: ignore[no-untyped-def]
@@ -47,7 +62,7 @@ def test_old_rows_keep_the_ga_floor_and_say_so(m) -> None:  # type: ignore[no-un
 
 def test_ngc_base_uses_the_container_cuda(m) -> None:  # type: ignore[no-untyped-def]
     res = resolve(m, ResolveRequest(row="26.04", row_option="release", mode="ngc-base"))
-    assert res.cuda == "13.1" and res.min_driver == "590.44.01"
+    assert res.cuda == "13.1" and res.min_driver == "590.48.01"
     res = resolve(m, ResolveRequest(row="26.04", row_option="release"))
     assert res.cuda == "13.0" and res.min_driver == "580.95.05"
 
