@@ -37,6 +37,8 @@ class PrebuiltWheels:
 
     def has(self, python: str, torch: str, cuda_major: str, cxx11_abi: bool) -> bool:
         """torch: the torch version, or for torch_key "local" the whole torch.__version__."""
+        if not self.combos.known:  # the release workflow at the tag was not read: no combo is known
+            return False
         key = f"{python}|{self._torch(torch)}|{cuda_major}|{'TRUE' if cxx11_abi else 'FALSE'}"
         return key in set(self.combos.value)
 
@@ -89,6 +91,10 @@ def prebuilt_verdict(table: dict[tuple[str, str], PrebuiltWheels], package: str,
                                f"{package} {version} matches the whole torch.__version__, which this lock does not fix "
                                f"(not a PyPI torch); recorded builds: {entry.combos.source}", others)
     torch = wanted
+    if not entry.combos.known:
+        return PrebuiltVerdict(package, version, UNKNOWN, entry.wheel_name(python, torch, cuda_major, cxx11_abi),
+                               f"{package} {version}: the wheel setup.py would look for is named, but which builds the "
+                               f"release published is not recorded ({entry.combos.source})", others)
     ok = entry.has(python, torch, cuda_major, cxx11_abi)
     return PrebuiltVerdict(package, version, YES if ok else NO,
                            entry.wheel_name(python, torch, cuda_major, cxx11_abi), entry.combos.source, others)

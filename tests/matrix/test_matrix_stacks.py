@@ -88,6 +88,14 @@ def test_flash_attn_wheel_names_and_torch_27(m) -> None:  # type: ignore[no-unty
                                                       False).wheel)
     unknown = prebuilt_verdict(m.prebuilt_wheels, "flash-attn", "2.0.4", "3.11", "2.1.1", "12", False)
     assert unknown.answer == "unknown" and unknown.wheel is None
+    # recorded from its PyPI sdist (the wheel name setup.py asks for), but its release workflow was not read:
+    # the wheel is named, whether it was published is unknown, never "no"
+    post2 = prebuilt_verdict(m.prebuilt_wheels, "flash-attn", "2.8.3.post2", "3.12", "2.11.0", "13", True)
+    assert post2.answer == "unknown"
+    assert post2.wheel == "flash_attn-2.8.3.post2+cu13torch2.11cxx11abiTRUE-cp312-cp312-linux_x86_64.whl"
+    for v in ("1.6.2.post1", "1.7.0"):
+        cc = prebuilt_verdict(m.prebuilt_wheels, "causal-conv1d", v, "3.12", "2.11.0", "13", True)
+        assert cc.answer == "unknown" and f"causal_conv1d-{v}+cu13torch2.11" in str(cc.wheel)
 
 
 def test_transformer_engine_torch_matches_the_whole_torch_version(m) -> None:  # type: ignore[no-untyped-def]
