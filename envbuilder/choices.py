@@ -15,6 +15,10 @@ DEFAULT_MODE = "hermetic"
 #: installed with `envbuilder install --system-site-packages`; no image is built from it
 LOCK_MODES = (*MODES, "host-torch")
 
+#: lock: the options that name a matrix row (--nemo TAG, --release 26.04, --mbridge VERSION); the lock record's
+#: inputs keep the row under the one that was used
+ROW_OPTIONS = ("nemo", "release", "mbridge")
+
 #: lock: where NeMo, NeMo-Run, Megatron-LM, mamba and causal-conv1d come from
 SOURCES = ("pypi", "git")
 DEFAULT_SOURCE = "pypi"

@@ -28,7 +28,8 @@ from envbuilder.bundle.parts import PARTS_INDEX, extract_parts, read_index, veri
 from envbuilder.bundle.pipeline import MANIFEST
 from envbuilder.bundle.plan import export_requirements
 from envbuilder.errors import BundleInvalidError, BundlePartMissingError, InvalidOptionError, OfflineInstallError
-from envbuilder.host.torchprobe import probe_torch
+from envbuilder.host.torchprobe import RecordedTorch, probe_torch
+from envbuilder.jsonread import Fields
 from envbuilder.kernels import WHEELHOUSE_RECORD, read_wheelhouse
 from envbuilder.kernels.files import verify
 from envbuilder.kernels.torchenv import check_host_torch
@@ -185,7 +186,9 @@ def run_install(opts: InstallOptions, progress: Progress = lambda _: None) -> In
                 if not opts.system_site_packages:
                     raise InvalidOptionError("this bundle's lock keeps the interpreter's torch (--mode host-torch)",
                                              "pass --system-site-packages and --python with that interpreter")
-                check_host_torch(host, probe_torch(staging / "v" / "bin" / "python"))
+                want = RecordedTorch.from_fields(Fields.of(host, "the bundle manifest's host_torch", BundleInvalidError,
+                                                           "re-make the bundle with envbuilder bundle"))
+                check_host_torch(want, probe_torch(staging / "v" / "bin" / "python"))
             progress(f"installing {sum(1 for ln in reqs.splitlines() if ln and not ln.startswith(' '))} "
                      f"packages offline from {tree / 'files'}")
             cmd = [uv_binary(), "pip", "install", "--offline", "--no-index", "--find-links", str(tree / "files"),

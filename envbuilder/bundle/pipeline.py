@@ -162,7 +162,7 @@ def make_bundle(opts: BundleOptions, progress: Progress = lambda _: None) -> Bun
         manifest = {
             "schema": SCHEMA, "lock_sha256": record.lock_sha256, "row": record.row,
             "mode": record.mode, "python": python, "glibc": glibc, "stage2_packages": stage2,
-            "host_torch": record.host.get("torch"),
+            "host_torch": record.host.torch.to_dict() if record.host.torch else None,
             "wheelhouse": ({"arch_list": wh_record.arch_list, "torch": wh_record.torch.to_dict(),
                             "wheels": [p.wheel for p in wh_record.packages]} if wh_record else None),
             "packages": sorted([{"name": p.package, "version": p.version, "kind": p.kind, "file": p.file.filename}

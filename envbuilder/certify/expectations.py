@@ -125,7 +125,7 @@ def expectations_from_lock(lockdir: Path, *, uv_bin: str, matrices: Path, artifa
     packages = locked_packages(Path(lockdir), py, uv_bin)
     torch_v = packages.get("torch") or (target.torch if target else None)
     nemo, mbridge = framework_flags(packages)
-    arch = (record.stage2_env.get("TORCH_CUDA_ARCH_LIST") or record.inputs.get("arch_list")) if record else None
+    arch = (record.stage2_env.get("TORCH_CUDA_ARCH_LIST")) if record else None
     return Expectations(
         lock_sha256=lock.lock_sha256,
         row=record.row if record else None,

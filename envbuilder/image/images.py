@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from envbuilder.errors import InvalidOptionError, MatrixFileError
+from envbuilder.lock.record import LockTarget
 from envbuilder.matrix.images import UNKNOWN, load_images
 
 
@@ -29,7 +29,7 @@ def test_base_tag() -> str:
     return load_images().test_base
 
 
-def choose_bases(target: dict[str, Any], mode: str, base: str | None,
+def choose_bases(target: LockTarget, mode: str, base: str | None,
                  images_file: Path | None = None) -> BaseChoice:
     """Pick the bases for a lock's target. `--base` overrides both builder and runtime."""
     if base:
@@ -37,20 +37,20 @@ def choose_bases(target: dict[str, Any], mode: str, base: str | None,
         # (decided later by probing the image: see pipeline.detect_python_from)
         return BaseChoice(base, base, "@sha256:" in base, "probe", "--base")
     if mode == "ngc-base":
-        container = str(target.get("container") or "")
+        container = target.container or ""
         if "/pytorch:" not in container:
             raise InvalidOptionError(
                 f"the lock's target container is {container or 'none'}, not an NGC PyTorch image",
                 "pass --base nvcr.io/nvidia/pytorch:YY.MM-py3 (the container the lock was made for)")
         return BaseChoice(container, container, "@sha256:" in container, "system", "lock target.container")
     table = load_images(images_file)
-    cuda = str(target.get("cuda") or "none")
+    cuda = target.cuda or "none"
     if cuda in ("none", "", UNKNOWN):
         ref = table.test_base
         return BaseChoice(ref, ref, False, "system", "images.toml [test_base] (the lock targets no CUDA)")
     entry = table.for_cuda(cuda)
     if entry is not None:
-        py = "system" if entry.python == str(target.get("python")) else "uv"
+        py = "system" if entry.python == target.python else "uv"
         return BaseChoice(entry.builder.pinned, entry.runtime.pinned,
                           entry.builder.digest_known and entry.runtime.digest_known, py, f"images.toml cuda={cuda}")
     known = ", ".join(e.cuda for e in table.cuda)

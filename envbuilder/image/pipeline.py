@@ -270,7 +270,7 @@ def build_image(opts: BuildOptions, progress: BuildProgress = _no_progress) -> B
 
     c = engine.client()
     cli = engine.buildkit_cli()
-    bases: BaseChoice = choose_bases(dataclasses.asdict(lock.target), mode, opts.base)
+    bases: BaseChoice = choose_bases(lock.target, mode, opts.base)
     engine.ensure_base(c, bases.builder, pull=opts.pull)
     if bases.runtime != bases.builder:
         engine.ensure_base(c, bases.runtime, pull=opts.pull)

@@ -191,12 +191,12 @@ def _sdist_for(name: str, files: LockedFiles, opts: WheelsOptions, cache: Path, 
 
 def _choose_torch(opts: WheelsOptions, lockdir: Path, record: LockRecord, cache: Path,
                   progress: Progress, to_build: list[str]) -> TorchFacts:
-    host_locked = bool(record.host.get("torch"))
+    host_locked = record.host.torch is not None
     if opts.torch_from == "host":
         if opts.interpreter is None:
             raise InvalidOptionError("--torch-from host needs --interpreter PY", "pass the Python that has torch")
         facts = probe_interpreter(opts.interpreter)
-        check_host_torch(record.host.get("torch"), facts)
+        check_host_torch(record.host.torch, facts)
         return facts
     if host_locked:
         raise InvalidOptionError("this lock keeps the interpreter's torch (--mode host-torch): a venv synced from "
@@ -418,7 +418,7 @@ def run_wheels(opts: WheelsOptions, matrix: Matrix | None, progress: Progress = 
     record = read_record(lockdir)
     out = guard_output_dir(Path(opts.output), lambda d: (d / WHEELHOUSE_RECORD).is_file(), "an envbuilder wheelhouse")
     cache = cache_root(opts.cache_dir)
-    archs = ArchList.parse(opts.arch_list or (str(record.host.get("sm") or "") or DEFAULT_ARCH_LIST))
+    archs = ArchList.parse(opts.arch_list or record.host.sm or DEFAULT_ARCH_LIST)
     to_build = _packages_to_build(lockdir, record, opts.packages, progress)
     facts = _choose_torch(opts, lockdir, record, cache, progress, [n for n, _ in to_build])
     toolkit = None

@@ -14,11 +14,10 @@ import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from envbuilder.atomic import write_atomic
 from envbuilder.errors import BuildTorchError, HostTorchMismatchError, UvError
-from envbuilder.host.torchprobe import HostTorch, probe_torch
+from envbuilder.host.torchprobe import HostTorch, RecordedTorch, probe_torch
 from envbuilder.lock.record import RECORD_NAME, LockRecord
 from envbuilder.lock.uvrun import uv_binary, uv_env
 
@@ -32,14 +31,14 @@ def probe_interpreter(python: Path | str) -> TorchFacts:
     return probe_torch(python)
 
 
-def check_host_torch(want: dict[str, Any] | None, facts: TorchFacts) -> None:
+def check_host_torch(want: RecordedTorch | None, facts: TorchFacts) -> None:
     """A --mode host-torch lock was made for one torch (`want`: the lock record's host.torch, None for
     other modes): building or installing on another breaks the ABI."""
-    if not want:
+    if want is None:
         return
-    got = {"version": facts.torch, "cuda": facts.cuda, "cxx11abi": facts.cxx11abi, "python": facts.python}
-    diff = [f"{k} {got[k]} (lock: {want.get(k)})" for k in ("version", "cuda", "cxx11abi", "python")
-            if want.get(k) != got[k]]
+    have = facts.recorded()
+    diff = [f"{k} {getattr(have, k)} (lock: {getattr(want, k)})" for k in ("version", "cuda", "cxx11abi", "python")
+            if getattr(want, k) != getattr(have, k)]
     if diff:
         raise HostTorchMismatchError(
             f"{facts.interpreter} is not the interpreter this lock was made on: " + ", ".join(diff),

@@ -9,7 +9,6 @@ Builds, exports and certificates bind to `lock_sha256` (the sha256 of uv.lock).
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -17,7 +16,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from envbuilder import __version__
 from envbuilder.canonical import dumps, sha256_file
+from envbuilder.choices import ROW_OPTIONS
 from envbuilder.errors import LockDirError, LockSchemaError, MalformedFileError
+from envbuilder.host.torchprobe import RecordedTorch
+from envbuilder.jsonread import Fields, loads_json, read_bytes
 
 if TYPE_CHECKING:  # annotations only: export and build read records without loading the resolver
     from envbuilder.resolve.request import ResolveRequest
@@ -72,6 +74,85 @@ class LockTarget:
     def python_minor(self) -> str:
         """'3.12' from '3.12' or '3.12.4'."""
         return ".".join(str(self.python).split(".")[:2])
+
+
+_FIX = "re-run envbuilder lock"
+
+
+@dataclass(frozen=True)
+class LockInputs:
+    """What `envbuilder lock` was asked for (the record's "inputs"), as the user spelled it.
+
+    The row is written under the option that named it (`"nemo": "v2.3.0"`, `"release": "26.04"`)."""
+
+    row_option: str                 # one of choices.ROW_OPTIONS
+    row: str
+    python: str | None
+    cuda: str | None
+    torch: str | None
+    torch_index: str
+    overrides: tuple[str, ...]      # --set NAME==VERSION, as given
+    source: str
+    mode: str
+    glibc: str
+    allow_minor_compat: bool
+    find_links: tuple[str, ...]
+    source_build: str = "allow"     # written only when not the default
+
+    def to_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {
+            self.row_option: self.row, "python": self.python, "cuda": self.cuda, "torch": self.torch,
+            "torch_index": self.torch_index, "set": list(self.overrides), "source": self.source, "mode": self.mode,
+            "glibc": self.glibc, "allow_minor_compat": self.allow_minor_compat, "find_links": list(self.find_links)}
+        if self.source_build != "allow":
+            out["source_build"] = self.source_build
+        return out
+
+    @classmethod
+    def from_fields(cls, f: Fields) -> LockInputs:
+        named = [o for o in ROW_OPTIONS if o in f]
+        if len(named) != 1:
+            f.fail(None, f"names its row under {len(named)} of {', '.join(ROW_OPTIONS)} (one expected)")
+        known = {*ROW_OPTIONS, "python", "cuda", "torch", "torch_index", "set", "source", "mode", "glibc",
+                 "allow_minor_compat", "find_links", "source_build"}
+        unknown = sorted(set(f) - known)
+        if unknown:
+            f.fail(unknown[0], "is not an input envbuilder records")
+        return cls(named[0], f.string(named[0]), f.string("python", None), f.string("cuda", None),
+                   f.string("torch", None), f.string("torch_index"), tuple(f.strings("set")), f.string("source"),
+                   f.string("mode"), f.string("glibc"), f.boolean("allow_minor_compat"),
+                   tuple(f.strings("find_links")), f.string("source_build", "allow"))
+
+
+@dataclass(frozen=True)
+class LockHost:
+    """The host the lock was made for (the record's "host"): detected, planned from flags, or none.
+
+    `origin` is written as "kind" (schema-1 spelling, see CONTRIBUTING's glossary)."""
+
+    origin: str                     # detected | planned | none
+    driver: str | None = None
+    sm: str | None = None
+    gpu: str | None = None
+    gpu_count: int | None = None
+    torch: RecordedTorch | None = None  # --mode host-torch: the interpreter's torch, never replaced
+
+    def to_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {"kind": self.origin, "driver": self.driver, "sm": self.sm, "gpu": self.gpu,
+                                  "gpu_count": self.gpu_count}
+        if self.torch is not None:
+            out["torch"] = self.torch.to_dict()
+        return out
+
+    @classmethod
+    def from_fields(cls, f: Fields) -> LockHost:
+        unknown = sorted(set(f) - {"kind", "driver", "sm", "gpu", "gpu_count", "torch"})
+        if unknown:
+            f.fail(unknown[0], "is not a host fact envbuilder records")
+        torch = f.obj("torch", None)
+        return cls(f.string("kind", choices=("detected", "planned", "none")), f.string("driver", None),
+                   f.string("sm", None), f.string("gpu", None), f.integer("gpu_count", None, min=0),
+                   RecordedTorch.from_fields(torch) if torch is not None else None)
 
 
 @dataclass(frozen=True)
@@ -130,8 +211,8 @@ class LockRecord:
     row: str
     mode: str
     source: str
-    inputs: dict[str, Any]
-    host: dict[str, Any]
+    inputs: LockInputs
+    host: LockHost
     target: LockTarget
     pins: dict[str, PinRecord]
     local_wheels: dict[str, str]
@@ -168,6 +249,8 @@ class LockRecord:
                 continue
             if f.name == "target":
                 value = dataclasses.asdict(value)
+            elif f.name in ("inputs", "host"):
+                value = value.to_dict()
             elif f.name == "pins":
                 value = {name: pin.to_dict() for name, pin in sorted(value.items())}
             elif f.name == "git_sources":
@@ -199,6 +282,8 @@ class LockRecord:
                                   "re-lock with this envbuilder (envbuilder lock)")
         try:
             kwargs = dict(data)
+            kwargs["inputs"] = LockInputs.from_fields(Fields.of(data["inputs"], f"{where} inputs", LockDirError, _FIX))
+            kwargs["host"] = LockHost.from_fields(Fields.of(data["host"], f"{where} host", LockDirError, _FIX))
             kwargs["target"] = LockTarget(**data["target"])
             kwargs["pins"] = {name: PinRecord(**pin) for name, pin in data["pins"].items()}
             kwargs["git_sources"] = {name: GitSource(**src) for name, src in data.get("git_sources", {}).items()}
@@ -207,12 +292,9 @@ class LockRecord:
             raise LockDirError(f"{where}: malformed lock record ({exc})", "re-run envbuilder lock") from exc
 
     @classmethod
-    def from_json(cls, text: str, where: str = RECORD_NAME) -> LockRecord:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise LockDirError(f"{where}: not valid JSON (line {exc.lineno})", "re-run envbuilder lock") from exc
-        return cls.from_dict(data, where)
+    def from_json(cls, text: str | bytes, where: str = RECORD_NAME) -> LockRecord:
+        """Parsed through envbuilder.jsonread: bounded, no duplicate keys, no NaN."""
+        return cls.from_dict(loads_json(text, what=where, error=LockDirError, fix=_FIX), where)
 
     @classmethod
     def from_lockdir(cls, lockdir: Path, verify: bool = True, verify_only: tuple[str, ...] | None = None
@@ -224,11 +306,12 @@ class LockRecord:
         if not path.is_file():
             raise LockDirError(f"{lockdir} has no {RECORD_NAME}",
                                f"create it with: envbuilder lock --nemo TAG -o {lockdir}")
+        raw = read_bytes(path, what="lock record")
         try:
-            text = path.read_text(encoding="utf-8")
+            raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise MalformedFileError(f"{path}: not UTF-8 text", "re-run envbuilder lock") from exc
-        record = cls.from_json(text, str(path))
+            raise MalformedFileError(f"{path}: not UTF-8 text", _FIX) from exc
+        record = cls.from_json(raw, str(path))
         if verify:
             record.verify_files(lockdir, verify_only)
             if verify_only is None or "uv.lock" in verify_only:
@@ -310,17 +393,13 @@ def build_record(res: Resolution, req: ResolveRequest, lockdir: Path, uv_version
         row=res.row,
         mode=res.mode,
         source=res.source,
-        inputs={
-            req.row_option: req.row, "python": req.python, "cuda": req.cuda, "torch": req.torch,
-            "torch_index": req.torch_index, "set": [f"{n}=={v}" for n, v in req.overrides],
-            "source": req.source, "mode": req.mode, "glibc": req.glibc,
-            "allow_minor_compat": req.allow_minor_compat, "find_links": find_links_used,
-            **({"source_build": req.source_build} if req.source_build != "allow" else {}),
-        },
-        host={"kind": res.host_origin, "driver": res.driver, "sm": res.sm,
-              "gpu": req.host.gpu_name, "gpu_count": req.host.gpu_count,
-              # --mode host-torch: the interpreter's torch, which the lock never replaces
-              **({"torch": res.host_torch.to_dict()} if res.host_torch else {})},
+        inputs=LockInputs(
+            row_option=req.row_option, row=req.row, python=req.python, cuda=req.cuda, torch=req.torch,
+            torch_index=req.torch_index, overrides=tuple(f"{n}=={v}" for n, v in req.overrides),
+            source=req.source, mode=req.mode, glibc=req.glibc, allow_minor_compat=req.allow_minor_compat,
+            find_links=tuple(find_links_used), source_build=req.source_build),
+        host=LockHost(res.host_origin, res.driver, res.sm, req.host.gpu_name, req.host.gpu_count,
+                      res.host_torch.recorded() if res.host_torch else None),
         target=LockTarget(
             python=target_python or res.python, requires_python=res.requires_python, cuda=res.cuda,
             cudnn=res.cudnn, torch=res.pins["torch"].version if "torch" in res.pins else

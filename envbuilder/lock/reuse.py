@@ -67,7 +67,7 @@ def reusable_constraints(lockdir: Path, render: Callable[[list[str]], str], pyth
         old = (Path(lockdir) / "pyproject.toml").read_text(encoding="utf-8")
     except (OSError, ValueError, EnvbuilderError):
         return []
-    if not previous or record.inputs.get("python") != python or record.inputs.get("glibc") != glibc:
+    if not previous or record.inputs.python != python or record.inputs.glibc != glibc:
         return []
     return previous if render([c["constraint"] for c in previous]) == old else []
 

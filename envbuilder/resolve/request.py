@@ -21,8 +21,6 @@ class HostFacts:
     gpu_count: int | None = None
 
 
-# How a request names its matrix row: the CLI option, and the Matrix.find_row keyword it maps to.
-ROW_OPTIONS = ("nemo", "release", "mbridge")
 
 
 @dataclass(frozen=True)
@@ -39,7 +37,7 @@ class ResolveRequest:
     glibc_from_row: bool = False  # glibc is the row's default (its container's base OS), not --glibc
     host: HostFacts = field(default_factory=HostFacts)
     allow_minor_compat: bool = False
-    row_option: str = "nemo"  # which of ROW_OPTIONS `row` is
+    row_option: str = "nemo"  # which of ROW_OPTIONS `row` is (the CLI option, and Matrix.find_row's keyword)
     source_build: str = "allow"  # "forbid": a stage-2 package without a prebuilt wheel is an error
     host_torch: HostTorch | None = None  # --mode host-torch: the interpreter's torch (probed by the CLI)
 

@@ -13,7 +13,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from envbuilder.canonical import version_tuple
-from envbuilder.choices import LOCK_MODES, SOURCES, TORCH_INDEXES
+from envbuilder.choices import LOCK_MODES, ROW_OPTIONS, SOURCES, TORCH_INDEXES
 from envbuilder.errors import InvalidOptionError, ResolveConflictError, UnknownPackageError, UnknownTagError
 from envbuilder.host.torchprobe import HostTorch, in_row_range
 from envbuilder.matrix.model import Fact, Matrix, Note, Release
@@ -21,7 +21,7 @@ from envbuilder.matrix.prebuilt import PrebuiltVerdict
 from envbuilder.matrix.stacks import Stack, row_stacks
 from envbuilder.resolve.components import BY_NAME, COMPONENTS, Component, te_parts
 from envbuilder.resolve.prebuilt import SOURCE_BUILD_POLICIES, prefer_prebuilt
-from envbuilder.resolve.request import ROW_OPTIONS, ResolveRequest
+from envbuilder.resolve.request import ResolveRequest
 
 PYTHON_CANDIDATES = ("3.10", "3.11", "3.12", "3.13")
 

@@ -56,7 +56,7 @@ def test_host_torch_conflicts(m: Matrix) -> None:
 
 
 def test_build_or_install_on_another_torch_is_refused() -> None:
-    want = GPU_HOST.to_dict()  # the lock record's host.torch
+    want = GPU_HOST.recorded()  # the lock record's host.torch
     check_host_torch(want, GPU_HOST)
     other = HostTorch("/opt/py", "3.12", "cp312", "2.10.0+cu130", "13.0", True)
     with pytest.raises(HostTorchMismatchError) as exc:

@@ -21,6 +21,7 @@ from envbuilder.image.render import (
     render_dockerfile,
     render_toplevel,
 )
+from envbuilder.lock.record import LockRecord, LockTarget
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -118,29 +119,34 @@ def test_default_arch_list_adds_blackwell_from_cuda_12_8() -> None:
     assert default_arch_list("12.8").endswith("10.0")
 
 
+def _target(**kw: str | None) -> LockTarget:
+    base = dict(python="3.12", requires_python="==3.12.*", cuda=None, cudnn=None, torch=None, torch_variant=None,
+                torch_index=None, min_driver=None, glibc="2.35", platform="linux-x86_64", container=None)
+    return LockTarget(**{**base, **kw})  # type: ignore[arg-type]
+
+
 def test_bases_from_images_toml() -> None:
-    choice = images.choose_bases({"cuda": "12.8", "python": "3.12"}, "hermetic", None)
+    choice = images.choose_bases(_target(cuda="12.8", python="3.12"), "hermetic", None)
     assert "devel" in choice.builder and "runtime" in choice.runtime and "12.8" in choice.builder
     assert choice.python_from == "uv" and not choice.digest_pinned and choice.warning()
     # every CUDA a committed lock targets has bases (26.04 and 26.06 lock torch cu130)
-    import json
     from pathlib import Path
 
     for rec in sorted((Path(__file__).resolve().parents[2] / "locks").glob("*/envbuilder.lock.json")):
-        target = json.loads(rec.read_text())["target"]
-        if target.get("cuda") not in (None, "none"):
+        target = LockRecord.from_json(rec.read_text()).target
+        if target.cuda not in (None, "none"):
             assert images.choose_bases(target, "hermetic", None).builder, rec.parent.name
-    cu13 = images.choose_bases({"cuda": "13.0", "python": "3.12"}, "hermetic", None)
+    cu13 = images.choose_bases(_target(cuda="13.0", python="3.12"), "hermetic", None)
     assert cu13.builder == "nvidia/cuda:13.0.2-cudnn-devel-ubuntu24.04"
-    smoke = images.choose_bases({"cuda": None, "python": "3.11"}, "hermetic", None)
+    smoke = images.choose_bases(_target(cuda=None, python="3.11"), "hermetic", None)
     assert smoke.builder == images.test_base_tag() and smoke.python_from == "system"
     with pytest.raises(InvalidOptionError):
-        images.choose_bases({"cuda": "11.0"}, "hermetic", None)
-    ngc = images.choose_bases({"container": "nvcr.io/nvidia/pytorch:25.04-py3"}, "ngc-base", None)
+        images.choose_bases(_target(cuda="11.0"), "hermetic", None)
+    ngc = images.choose_bases(_target(container="nvcr.io/nvidia/pytorch:25.04-py3"), "ngc-base", None)
     assert ngc.builder == "nvcr.io/nvidia/pytorch:25.04-py3"
     with pytest.raises(InvalidOptionError):
-        images.choose_bases({"container": "nvcr.io/nvidia/nemo:25.04"}, "ngc-base", None)
-    pinned = images.choose_bases({}, "hermetic", "repo/x:1@sha256:" + "0" * 64)
+        images.choose_bases(_target(container="nvcr.io/nvidia/nemo:25.04"), "ngc-base", None)
+    pinned = images.choose_bases(_target(), "hermetic", "repo/x:1@sha256:" + "0" * 64)
     assert pinned.digest_pinned and pinned.warning() is None
 
 

@@ -97,3 +97,37 @@ def test_hashes_are_recomputed(tmp_path: Path) -> None:
     LockRecord.from_lockdir(tmp_path, verify_only=("pyproject.toml",))
     with pytest.raises(LockDirError, match=r"has no envbuilder\.lock\.json"):
         read_record(tmp_path / "nowhere")
+
+
+COMMITTED = sorted(p for p in (Path(__file__).resolve().parents[2]).glob("**/envbuilder.lock.json")
+                   if ".venv" not in p.parts and "build" not in p.parts)
+
+
+def test_every_committed_record_round_trips_with_typed_inputs_and_host() -> None:
+    """locks/ and bench/results hold records of every row, mode and host kind (a host-torch lock among them):
+    LockInputs and LockHost read them and write the same bytes."""
+    assert len(COMMITTED) >= 20
+    kinds = set()
+    for path in COMMITTED:
+        text = path.read_text(encoding="utf-8")
+        record = LockRecord.from_json(text, str(path))
+        assert record.to_json() == text, path
+        kinds.add((record.inputs.row_option, record.host.origin, record.host.torch is not None))
+    assert {k[0] for k in kinds} >= {"nemo", "release"} and any(k[2] for k in kinds)
+
+
+@pytest.mark.parametrize(("part", "edit", "needle"), [
+    ("inputs", {"nemo": "v2.3.0", "release": "26.04"}, "names its row under 2"),
+    ("inputs", {"python": 3.12}, "field 'python'"),
+    ("inputs", {"set": "torch==2.7.0"}, "field 'set'"),
+    ("inputs", {"extra": 1}, "field 'extra' is not an input"),
+    ("host", {"kind": "guessed"}, "field 'kind'"),
+    ("host", {"gpu_count": -1}, "field 'gpu_count'"),
+    ("host", {"torch": {"version": 2}}, "field 'torch.version'"),
+])
+def test_malformed_inputs_or_host_are_typed_errors(part: str, edit: dict[str, object], needle: str) -> None:
+    data = json.loads(COMMITTED[0].read_text(encoding="utf-8"))
+    data[part].update(edit)
+    with pytest.raises(LockDirError) as err:
+        LockRecord.from_json(json.dumps(data), "envbuilder.lock.json")
+    assert needle in err.value.cause and err.value.exit_code == 19
