@@ -526,3 +526,209 @@ def http_server() -> Iterator[HttpServer]:
     finally:
         server.stop()
         shutil.rmtree(base, ignore_errors=True)
+
+
+# --- Slurm across two nodes: each slurmd in its own network namespace ------------------------------------------
+
+TWO_NODE_CONF = """\
+ClusterName=envbuilder-two
+SlurmctldHost={head}({head_addr})
+SlurmctldPort={ctld_port}
+SlurmdPort={slurmd_port}
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket={dir}/munge.sock
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation={dir}/ctld-state
+SlurmdSpoolDir={dir}/slurmd-spool-%n
+SlurmctldPidFile={dir}/slurmctld.pid
+SlurmdPidFile={dir}/slurmd-%n.pid
+SlurmctldLogFile={dir}/slurmctld.log
+SlurmdLogFile={dir}/slurmd-%n.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+MpiDefault=none
+SwitchType=switch/none
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+ReturnToService=2
+SlurmdTimeout=60
+InactiveLimit=0
+KillWait=5
+{node_lines}
+PartitionName=two Nodes={nodes} Default=YES MaxTime=INFINITE State=UP
+"""
+# RFC 2544's benchmarking range: the two namespaces' addresses exist only on their veth pair
+TWO_NODE_NET = "198.18.{n}.{host}"
+
+
+class TwoNodeSlurm(SlurmCluster):
+    """Two Slurm nodes on one machine, as two hosts: each slurmd in its own network namespace (`ip netns add`)
+    with its own hostname (a UTS namespace) and an /etc/hosts that names both, joined by one veth pair. The
+    head node (first namespace) also runs slurmctld; clients (sbatch, sinfo) run there too. `hostname
+    --ip-address` on a node gives its own address, so torchrun's rendezvous meets on the first node's address
+    over the veth pair, as across two hosts. One munged serves both (its socket is a file both can reach)."""
+
+    def __init__(self, base: Path) -> None:
+        super().__init__(base)
+        for tool in ("ip", "unshare", "nsenter"):
+            import shutil
+
+            if not shutil.which(tool):
+                pytest.fail(f"{tool} is not installed; run scripts/setup-host.sh (iproute2, util-linux)")
+        tag = f"{os.getpid() % 100000:05d}"
+        self.nodes = [f"ebn{tag}a", f"ebn{tag}b"]  # also the namespaces' names
+        self.subnet = (os.getpid() % 250) + 1
+        self.addrs = [TWO_NODE_NET.format(n=self.subnet, host=h) for h in (1, 2)]
+        self.node = self.nodes[0]
+        self.netns: list[str] = []
+
+    def _run(self, *argv: str) -> None:
+        r = subprocess.run(argv, capture_output=True, text=True)
+        if r.returncode != 0:
+            pytest.fail(f"two-node fixture: {' '.join(argv)} failed: {r.stderr.strip()}")
+
+    def _network(self) -> None:
+        """Namespaces, the veth pair between them, addresses, and each node's /etc/hosts."""
+        a, b = self.nodes
+        for ns in self.nodes:
+            self._run("ip", "netns", "add", ns)
+            self.netns.append(ns)
+            (self.dir / f"{ns}.fixture-netns").write_text(ns)
+            self._run("ip", "-n", ns, "link", "set", "lo", "up")
+        self._run("ip", "link", "add", "eb0", "netns", a, "type", "veth", "peer", "name", "eb0", "netns", b)
+        for ns, addr in zip(self.nodes, self.addrs, strict=True):
+            self._run("ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", "eb0")
+            self._run("ip", "-n", ns, "link", "set", "eb0", "up")
+        names = zip(self.nodes, self.addrs, strict=True)
+        hosts = "127.0.0.1 localhost\n" + "".join(f"{addr} {n}\n" for n, addr in names)
+        (self.dir / "hosts").write_text(hosts)
+        (self.dir / "hosts").chmod(0o644)
+
+    def on_node(self, i: int, argv: list[str]) -> list[str]:
+        """`argv` on node `i`: its network namespace, its hostname and its /etc/hosts (a private mount ns)."""
+        inner = (f'hostname {self.nodes[i]} && mount --bind {self.dir}/hosts /etc/hosts && exec "$@"')
+        # nsenter, not `ip netns exec`: that one mounts a fresh /sys, without the cgroup tree slurmd reads
+        return ["nsenter", f"--net=/run/netns/{self.nodes[i]}", "unshare", "--uts", "--mount", "--propagation",
+                "private", "sh", "-c", inner, "node", *argv]
+
+    def start(self) -> None:
+        import time
+
+        d = self.dir
+        for sub in ("ctld-state", *(f"slurmd-spool-{n}" for n in self.nodes)):
+            (d / sub).mkdir(mode=0o700)
+        key = d / "munge.key"
+        key.write_bytes(os.urandom(1024))
+        key.chmod(0o400)
+        self._spawn("munged", ["munged", "--foreground", "--force", f"--socket={d}/munge.sock",
+                               f"--key-file={key}", f"--pid-file={d}/munged.pid", f"--log-file={d}/munged.log",
+                               f"--seed-file={d}/munge.seed"])
+        self._wait(lambda: (d / "munge.sock").exists(), "munged socket", d / "munged.log")
+        self._network()
+        hw = subprocess.run(["slurmd", "-C"], capture_output=True, text=True, check=True).stdout.splitlines()[0]
+        fields = dict(f.split("=", 1) for f in hw.split() if "=" in f)
+        fields["RealMemory"] = str(min(int(fields.get("RealMemory", "1000")), 4000))
+        lines = []
+        for name, addr in zip(self.nodes, self.addrs, strict=True):
+            fields.update(NodeName=name, NodeAddr=addr)
+            lines.append(" ".join(f"{k}={v}" for k, v in fields.items()) + " State=UNKNOWN")
+        self.conf.write_text(TWO_NODE_CONF.format(
+            head=self.nodes[0], head_addr=self.addrs[0], dir=d, ctld_port=free_port(), slurmd_port=free_port(),
+            node_lines="\n".join(lines), nodes=",".join(self.nodes)))
+        self._spawn("slurmctld", self.on_node(0, ["slurmctld", "-D", "-i", "-f", str(self.conf)]))
+        for i, name in enumerate(self.nodes):
+            self._spawn(f"slurmd-{name}", self.on_node(i, ["slurmd", "-D", "-f", str(self.conf), "-N", name]))
+        t0 = time.monotonic()
+        self._wait(lambda: self.node_states() == ["idle", "idle"], "both nodes idle", d / "slurmctld.log",
+                   timeout=90)
+        self.start_seconds = time.monotonic() - t0
+
+    def client(self, argv: list[str]) -> list[str]:
+        """A Slurm client command, run on the head node (slurmctld listens on its address only)."""
+        return ["nsenter", f"--net=/run/netns/{self.nodes[0]}", *argv]
+
+    def node_states(self) -> list[str]:
+        r = subprocess.run(self.client(["sinfo", "-h", "-N", "-o", "%T"]), capture_output=True, text=True,
+                           env=self.env)
+        return sorted(s.rstrip("*") for s in r.stdout.split()) if r.returncode == 0 else []
+
+    def node_state(self) -> str:
+        return ",".join(self.node_states())
+
+    def submit(self, script: Path, cwd: Path, *args: str) -> str:
+        """sbatch without waiting: the job id."""
+        r = subprocess.run(self.client(["sbatch", "--parsable", f"--chdir={cwd}", *args, str(script)]),
+                           capture_output=True, text=True, env=self.env, cwd=cwd, timeout=60)
+        if r.returncode != 0:
+            pytest.fail(f"sbatch failed: {r.stderr}")
+        return r.stdout.strip().split(";")[0]
+
+    def wait_job(self, job: str, timeout: float = 900) -> str:
+        """Wait until `job` left the queue; its final state (COMPLETED, FAILED, ...)."""
+        import time
+
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            r = subprocess.run(self.client(["scontrol", "show", "job", job, "-o"]), capture_output=True,
+                               text=True, env=self.env)
+            state = next((f.split("=", 1)[1] for f in r.stdout.split() if f.startswith("JobState=")), "")
+            if state and state not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING"):
+                return state
+            time.sleep(1)
+        subprocess.run(self.client(["scancel", job]), env=self.env, capture_output=True)
+        return "TIMEOUT(test)"
+
+    def sbatch(self, script: Path, cwd: Path, timeout: int = 900, *args: str) -> tuple[int, str]:
+        job = self.submit(script, cwd, *args)
+        state = self.wait_job(job, timeout)
+        return (0 if state == "COMPLETED" else 1), job
+
+    def stop(self) -> None:
+        subprocess.run(self.client(["scancel", "--full", "--partition=two"]), capture_output=True, env=self.env)
+        for proc in reversed(self.procs):
+            stop_process(proc)
+        self.procs.clear()
+        for ns in self.netns:  # deleting a namespace deletes its end of the veth pair
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        self.netns.clear()
+
+
+def reap_stale_netns() -> None:
+    """Namespaces a killed earlier session left (recorded in its fixture dir; its daemons are reaped first)."""
+    import glob
+
+    for f in glob.glob(f"/tmp/{DAEMON_MARK}*/*.fixture-netns"):
+        d = Path(f).parent
+        alive = False
+        for pid_file in d.glob("*.fixture-pid"):
+            try:
+                alive = alive or Path(f"/proc/{int(pid_file.read_text())}").exists()
+            except (OSError, ValueError):
+                continue
+        if not alive:
+            subprocess.run(["ip", "netns", "del", Path(f).read_text().strip()], capture_output=True)
+            Path(f).unlink(missing_ok=True)
+
+
+@pytest.fixture(scope="session")
+def slurm_two_nodes() -> Iterator[TwoNodeSlurm]:
+    import shutil
+
+    if os.geteuid() != 0:
+        pytest.skip("the two-node fixture makes network namespaces and runs slurmd as root")
+    reap_stale_daemons()
+    reap_stale_netns()
+    base = Path(tempfile.mkdtemp(prefix=DAEMON_MARK + "two-", dir="/tmp"))
+    cluster = TwoNodeSlurm(base)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(base, ignore_errors=True)
