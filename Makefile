@@ -11,7 +11,7 @@ LOCKDIR ?= build/$(NEMO)
 TAG    ?= envbuilder/nemo:$(NEMO)
 PYTEST_ARGS ?=
 
-.PHONY: apptainer-rootfs setup host lock sync test lint unit integration image image-smoke sqsh sif certify bench clean dockerfile keys dashboard-sample nightly nightly-plan nightly-step nightly-publish locks drift drift-pr actionlint
+.PHONY: apptainer-rootfs setup host lock sync test lint unit integration image image-smoke sqsh sif certify bench clean dockerfile keys dashboard-sample nightly nightly-plan nightly-step nightly-publish registry-login registry-logout locks drift drift-pr actionlint
 
 # ---- setup -----------------------------------------------------------------------
 $(VENV)/.installed: pyproject.toml
@@ -128,6 +128,9 @@ ROWS          ?=
 NIGHTLY_OUT   ?= build/nightly
 NIGHTLY_JOBS  ?= 2
 NIGHTLY_OPTS  ?=
+# NIGHTLY_PUSH=REGISTRY/NAMESPACE pushes each certified image there (after verify-cert), recorded by digest in
+# NIGHTLY_OUT/<row>/push.json; credentials come from the engine's Docker config (docker login / DOCKER_CONFIG)
+NIGHTLY_PUSH  ?=
 LOCKS         ?= locks
 THRESHOLD     ?= 10
 NIGHTLY_HISTORY ?= $(NIGHTLY_OUT)/history.json
@@ -135,7 +138,7 @@ NIGHTLY_ROWS_ARG = $(if $(ROWS),--rows "$(ROWS)")
 nightly: setup host
 	$(ENVB) nightly run $(NIGHTLY_ROWS_ARG) --level $(LEVEL) --jobs $(NIGHTLY_JOBS) -o $(NIGHTLY_OUT) \
 		--locks $(LOCKS) --threshold $(THRESHOLD) --history $(NIGHTLY_HISTORY) $(if $(PUBKEY),--key $(PUBKEY)) \
-		$(NIGHTLY_OPTS)
+		$(if $(NIGHTLY_PUSH),--push $(NIGHTLY_PUSH)) $(NIGHTLY_OPTS)
 
 # nightly-plan: the GitHub Actions matrix (one JSON line) for ROWS at LEVEL; runner labels per level
 # from $NIGHTLY_RUNNER_L0/_L1/_L2 (repository variables in CI).
@@ -146,7 +149,17 @@ nightly-plan: setup
 #   make nightly-step STEP=lock-check ROW=v2.3.0 LEVEL=2
 nightly-step: setup
 	$(ENVB) nightly step $(STEP) --row $(ROW) --level $(LEVEL) -o $(NIGHTLY_OUT) --locks $(LOCKS) \
-		$(if $(PUBKEY),--key $(PUBKEY)) $(NIGHTLY_OPTS)
+		$(if $(PUBKEY),--key $(PUBKEY)) $(if $(NIGHTLY_PUSH),--push $(NIGHTLY_PUSH)) $(NIGHTLY_OPTS)
+
+# registry-login / registry-logout: the nightly's push step logs in to NIGHTLY_PUSH's registry with
+# $REGISTRY_USER and $REGISTRY_PASSWORD (the password on stdin: never on a command line or in a log);
+# the workflow points DOCKER_CONFIG at a directory of the job's own for both.
+NIGHTLY_REGISTRY = $(firstword $(subst /, ,$(NIGHTLY_PUSH)))
+registry-login:
+	@test -n "$(NIGHTLY_PUSH)" || { echo "registry-login: NIGHTLY_PUSH (REGISTRY/NAMESPACE) is empty" >&2; exit 2; }
+	@printf '%s' "$$REGISTRY_PASSWORD" | docker login "$(NIGHTLY_REGISTRY)" -u "$$REGISTRY_USER" --password-stdin
+registry-logout:
+	docker logout "$(NIGHTLY_REGISTRY)"
 
 # nightly-publish: the dashboard from every certificate under NIGHTLY_OUT, the regression gate and the
 # headless-Chromium check; PUBKEY=keys/envbuilder-signing.pub checks signatures.

@@ -210,6 +210,21 @@ class SecretLeakError(EnvbuilderError):
     kind = "secret-leak"
 
 
+class RegistryPushError(EnvbuilderError):
+    """`build --push` / `push` / `export REGISTRY/NAME`: the registry cannot be reached or written, its TLS
+    certificate is not trusted, or the engine's record disagrees with the digest it reported."""
+
+    exit_code = 35
+    kind = "registry-push-failed"
+
+
+class RegistryAuthError(EnvbuilderError):
+    """The registry refused the credentials of the engine's Docker config (or there were none)."""
+
+    exit_code = 36
+    kind = "registry-auth"
+
+
 # --- 40-49: export, inspect, paths ----------------------------------------------------
 
 

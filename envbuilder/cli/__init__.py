@@ -32,6 +32,7 @@ COMMANDS: dict[str, str] = {
     "doctor": "envbuilder.cli.doctor_cmd:doctor",
     "check-parallel": "envbuilder.cli.parallel_cmd:check_parallel",
     "build": "envbuilder.cli.build_cmd:build",
+    "push": "envbuilder.cli.push_cmd:push",
     "export": "envbuilder.cli.export_cmd:export",
     "inspect": "envbuilder.cli.export_cmd:inspect",
     "certify": "envbuilder.cli.certify_cmd:certify",

@@ -42,6 +42,9 @@ def _row_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--build-arg", "build_args", multiple=True, help="Extra `build` argument (repeatable)."),
         click.option("--export-arg", "export_args", multiple=True,
                      help="Extra `export` argument (repeatable), e.g. --export-arg=--compression --export-arg=lz4."),
+        click.option("--push", default=None, metavar="REGISTRY/NAMESPACE",
+                     help="Push each certified image there (last step, after verify-cert) and record its digest "
+                          "in OUTPUT/<row>/push.json; credentials: the engine's Docker config."),
     ]
     for o in reversed(opts):
         fn = o(fn)
@@ -50,16 +53,20 @@ def _row_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def _config(row: str, level: int, output: Path, locks: Path, tag_template: str, base: str | None, cpu: bool,
             train_steps: int | None, sign_key: Path | None, public_key: Path | None, formats: str,
-            lock_args: tuple[str, ...], build_args: tuple[str, ...], export_args: tuple[str, ...]) -> Any:
+            lock_args: tuple[str, ...], build_args: tuple[str, ...], export_args: tuple[str, ...],
+            push: str | None) -> Any:
+    from envbuilder.image.reference import ImageReference
     from envbuilder.matrix import load_matrix
     from envbuilder.nightly.plan import row_flag
     from envbuilder.nightly.steps import RowConfig
 
+    if push:  # checked before any row runs: REGISTRY/NAMESPACE must make a valid reference with a row's name
+        ImageReference.parse(f"{push.rstrip('/')}/nightly-row:tag", "--push")
     flag = row_flag(load_matrix(), row) if row else "--nemo"
     return RowConfig(row=row, row_flag=flag, level=level, output=output, locks=locks, tag_template=tag_template,
                      base=base, cpu=cpu, train_steps=train_steps, sign_key=sign_key, public_key=public_key,
                      formats=tuple(f for f in formats.replace(",", " ").split() if f),
-                     lock_args=lock_args, build_args=build_args, export_args=export_args)
+                     lock_args=lock_args, build_args=build_args, export_args=export_args, push=push)
 
 
 @click.group()
@@ -98,7 +105,8 @@ def plan(rows: str | None, level: int, include_test: bool) -> None:
 @json_option("Print the summary as JSON on stdout.")
 def run(rows: str | None, jobs: int, no_resume: bool, no_report: bool, site: Path | None, history: Path | None,
         threshold_pct: float, browser_check: bool, as_json: bool, **row_opts: Any) -> None:
-    """Every row: lock --check, build, sbom, export sqsh+sif, certify, verify-cert; then report --gate."""
+    """Every row: lock --check, build, sbom, export sqsh+sif, certify, verify-cert (and push, with --push);
+    then report --gate."""
     from envbuilder.matrix import load_matrix
     from envbuilder.nightly.pipeline import NightlyOptions, run_nightly
     from envbuilder.nightly.plan import make_plan, row_flag
@@ -132,7 +140,7 @@ def run(rows: str | None, jobs: int, no_resume: bool, no_report: bool, site: Pat
 
 @nightly.command("step")
 @click.argument("step", type=click.Choice(["lock-check", "build", "sbom", "export-sqsh", "export-sif", "certify",
-                                           "verify"]))
+                                           "verify", "push"]))
 @click.option("--row", required=True, help="Matrix row, e.g. v2.3.0.")
 @_row_options
 def step(step: str, row: str, **row_opts: Any) -> None:

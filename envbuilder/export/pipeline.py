@@ -12,6 +12,7 @@ end: an error, SIGINT or SIGTERM removes it, so no partial artifact is ever left
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 import signal
@@ -47,6 +48,8 @@ from envbuilder.export.flatten import (
     write_merged_tar,
 )
 from envbuilder.export.formats import FORMATS, ArtifactFormat, get_format
+from envbuilder.image import registry
+from envbuilder.image.reference import is_registry_reference
 from envbuilder.lock import record as lock_record
 from envbuilder.lock.record import LockRecord
 
@@ -94,6 +97,7 @@ class ExportResult:
     layers_from: str = ""  # storage | docker-save | cache
     processors: int = 0
     feed: str = ""  # mount | tar: how mksquashfs read the tree (the cached artifact's, on a hit)
+    registry_image: str = ""  # IMAGE was a registry reference: the image pulled, REGISTRY/NAME@sha256:...
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -117,6 +121,7 @@ class ExportResult:
             "layers_from": self.layers_from,
             "processors": self.processors,
             "feed": self.feed,
+            "registry_image": self.registry_image,
         }
 
 
@@ -214,7 +219,12 @@ def export_image(opts: ExportOptions, progress: Callable[[str], None] = lambda _
     mksquashfs = squashfs.mksquashfs_path()  # ToolMissingError before any work
     processors = opts.processors or squashfs.default_processors()
 
-    image = image_source.find_image(opts.image)
+    lookup = opts.image
+    if is_registry_reference(opts.image):  # pulled now, named by the digest the engine verified
+        pulled = registry.pull_by_digest(opts.image, progress)
+        lookup = pulled.by_digest
+        opts = dataclasses.replace(opts, launch=dataclasses.replace(opts.launch, registry_image=pulled.by_digest))
+    image = image_source.find_image(lookup)
     image_size = int(image.attrs.get("Size") or 0)
     dirs = storage.storage_layer_dirs(image) if opts.layers != "save" else None
     if opts.layers == "storage" and dirs is None:
@@ -314,7 +324,7 @@ def export_image(opts: ExportOptions, progress: Callable[[str], None] = lambda _
         sidecars=written, sidecars_kept=kept,
         cache="off" if cache is None else ("hit" if cached is not None else "miss"), cache_key=key,
         layers_from="cache" if cached is not None else ("storage" if dirs else "docker-save"),
-        processors=processors, feed=feed,
+        processors=processors, feed=feed, registry_image=opts.launch.registry_image,
     )  # fmt: skip
 
 

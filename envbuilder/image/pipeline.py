@@ -16,7 +16,7 @@ from envbuilder import __version__
 from envbuilder.atomic import write_atomic
 from envbuilder.choices import BUILD_TARGETS, DEFAULT_BUILD_TARGET
 from envbuilder.errors import BuildFailedError, InvalidOptionError, NoCudaSourcesError, SecretLeakError
-from envbuilder.image import engine, layerscan
+from envbuilder.image import engine, layerscan, registry
 from envbuilder.image.buildlog import BuildLog, Step
 from envbuilder.image.context import assemble
 from envbuilder.image.images import BaseChoice, choose_bases
@@ -57,6 +57,7 @@ class BuildOptions:
     wheelhouse: Path | None = None  # stage 2 from `envbuilder wheels` output instead of compiling
     git_mirrors: list[str] = field(default_factory=list)  # --git-mirror: clones for the lock's git_sources
     cache_dir: Path | None = None   # where checked git-tag sources are kept (default: the envbuilder cache)
+    push: str | None = None  # REGISTRY/NAME[:TAG]: pushed once built (and scanned), recorded by digest
 
 
 def default_tag(lock: LockDir, target: str) -> str:
@@ -142,10 +143,11 @@ class BuildResult:
     import_check_report: list[str] | None = None
     secret_scan: dict[str, Any] | None = None
     total_seconds: float = 0.0
+    push: dict[str, Any] | None = None  # registry.PushResult.to_dict(): reference, digest, by_digest
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
-        for optional in ("import_check_report", "secret_scan"):
+        for optional in ("import_check_report", "secret_scan", "push"):
             if out[optional] is None:
                 del out[optional]
         return out
@@ -259,6 +261,8 @@ def build_image(opts: BuildOptions, progress: BuildProgress = _no_progress) -> B
     t0 = time.monotonic()
     lock = load_lockdir(opts.lockdir)
     mode, arch_list, jobs = _check_options(opts, lock)
+    if opts.push:  # a bad --push fails before the build, not after an hour of it
+        registry.push_target(opts.push, "latest")
     ca_bundle = check_ca_bundle(opts.ca_bundle) if opts.ca_bundle is not None else None
     warnings: list[str] = []
     wheels: list[Path] = []
@@ -362,6 +366,13 @@ def build_image(opts: BuildOptions, progress: BuildProgress = _no_progress) -> B
     result.import_check, result.import_check_report = _import_check(c, image_id, opts.target, log)
     if opts.scan:
         result.secret_scan = scan_image(c, image_id, ca_bundle, opts.secrets, proxy_secrets, progress)
+    if opts.push:  # after the secret scan: an image that leaks a secret is never pushed
+        target = registry.push_target(opts.push, tag.rpartition(":")[2] if ":" in tag.rsplit("/", 1)[-1] else "latest")
+        progress(BuildEvent("status", f"pushing to {target.engine}..."))
+        pushed = registry.push_image(image_id, target, lambda m: progress(BuildEvent("status", m[:140])))
+        progress(BuildEvent("status", ""))
+        progress(BuildEvent("message", f"pushed {pushed.by_digest}"))
+        result.push = pushed.to_dict()
     result.total_seconds = round(time.monotonic() - t0, 1)
     progress(BuildEvent("done", f"built {tag}  {image_id[:19]}  {result.size_bytes / 1e9:.2f} GB  "
                                    f"in {result.build_seconds:.0f}s"))

@@ -6,6 +6,7 @@ Paths per row (OUT = --output, default build/nightly):
     OUT/<row>/<row>.sqsh|.sif    exported artifacts
     OUT/<row>/cert/              certificate.json, certificate.dsse.json, report.md, loss curves
     OUT/<row>/logs/<step>.log    each step's output
+    OUT/<row>/push.json          with --push: the image as pushed (reference, digest, by_digest)
     OUT/<row>/nightly.json       the row's result (steps, exit codes, times)
 """
 
@@ -16,7 +17,8 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-STEPS = ("lock-check", "build", "sbom", "export-sqsh", "export-sif", "certify", "verify")
+# push comes last: only an image whose certificate verified is pushed (and only with --push)
+STEPS = ("lock-check", "build", "sbom", "export-sqsh", "export-sif", "certify", "verify", "push")
 DEFAULT_TAG = "envbuilder/nightly-{row}:{lock12}"
 
 
@@ -40,6 +42,8 @@ class RowConfig:
     lock_args: tuple[str, ...] = field(default=())
     build_args: tuple[str, ...] = field(default=())
     export_args: tuple[str, ...] = field(default=())
+    #: REGISTRY/NAMESPACE: the certified image is pushed there as NAMESPACE/<tag's name>:<tag>, by digest
+    push: str | None = None
 
     @property
     def lockdir(self) -> Path:
@@ -69,8 +73,18 @@ class RowConfig:
         """Named after the lock's content: a new lock never reuses an image built from an old one."""
         return self.tag_template.format(row=self.row.lower(), lock12=self.lock_sha256()[:12])
 
+    @property
+    def push_record(self) -> Path:
+        return self.rowdir / "push.json"
+
+    @property
+    def push_target(self) -> str:
+        """--push PREFIX + the tag's last component: REGISTRY/NAMESPACE/nightly-v2.3.0:<lock12>."""
+        return f"{(self.push or '').rstrip('/')}/{self.tag.rsplit('/', 1)[-1]}"
+
     def steps(self) -> list[str]:
-        return [s for s in STEPS if not (s.startswith("export-") and s.removeprefix("export-") not in self.formats)]
+        return [s for s in STEPS if not (s.startswith("export-") and s.removeprefix("export-") not in self.formats)
+                and not (s == "push" and not self.push)]
 
 
 def command(cfg: RowConfig, step: str) -> list[str]:
@@ -94,6 +108,12 @@ def command(cfg: RowConfig, step: str) -> list[str]:
     if step == "verify":
         return ["verify-cert", str(cfg.certdir / "certificate.json"), "--lock", str(cfg.lockdir), "--image", cfg.tag,
                 *(["--key", str(cfg.public_key)] if cfg.public_key else [])]
+    if step == "push":
+        if not cfg.push:
+            from envbuilder.errors import InvalidOptionError
+
+            raise InvalidOptionError("the push step needs --push REGISTRY/NAMESPACE", "pass --push, or skip the step")
+        return ["push", cfg.tag, cfg.push_target, "-o", str(cfg.push_record)]
     raise ValueError(f"unknown nightly step {step!r}")
 
 
