@@ -68,8 +68,8 @@ COPY ${LOCKDIR}/envbuilder.lock.json ./envbuilder.lock.json
 # A pin whose PyPI sdist ships no CUDA sources is built from its repository's tag (the record's git_sources):
 # uv skips it ($ENVBUILDER_STAGE2_SKIP) and tools/git_sources.py builds the tag's files, their git tree
 # recomputed first, from git-sources/ (`envbuilder build` bind-mounts it) or GitHub's archive of the commit.
-ARG TORCH_CUDA_ARCH_LIST=8.0;8.6;8.9;9.0;10.0
-ARG NVTE_CUDA_ARCHS=80;86;89;90;100
+ARG TORCH_CUDA_ARCH_LIST=8.0;8.6;8.9;9.0;10.0;12.0
+ARG NVTE_CUDA_ARCHS=80;86;89;90;100;120
 ARG MAX_JOBS=4
 RUN --mount=type=cache,target=/root/.cache/uv,id=envbuilder-uv,sharing=shared \
     --mount=type=secret,id=ca \

@@ -36,6 +36,7 @@ LAYERS: dict[str, float] = {
     # base: imported by all, importing only the base
     "__init__": 0, "errors": 0, "atomic": 0, "console": 0, "paths": 0, "troubleshoot": 0, "canonical": 0,
     "choices": 0, "procs": 0, "uvbin": 0, "templating": 0, "toml_cache": 0, "jsonread": 0, "safetext": 0,
+    "archlist": 0,
     "dsse": 0,
 }
 # certify's host-side helpers; every other certify module runs inside the environment
@@ -187,8 +188,8 @@ def _top_level_imports(path: Path) -> set[str]:
 def test_in_environment_certify_imports_stdlib_and_torch_only() -> None:
     """At import time, in-environment modules use the standard library, torch and envbuilder's
     stdlib-only base modules; anything else is imported lazily, inside a try, where it is probed."""
-    allowed_envbuilder = {"envbuilder", "envbuilder.canonical", "envbuilder.errors", "envbuilder.jsonread",
-                          "envbuilder.safetext"}
+    allowed_envbuilder = {"envbuilder", "envbuilder.archlist", "envbuilder.canonical", "envbuilder.errors",
+                          "envbuilder.jsonread", "envbuilder.safetext"}
     bad = []
     for name, path in _in_environment_modules().items():
         for mod in _top_level_imports(path):

@@ -125,7 +125,8 @@ def expectations_from_lock(lockdir: Path, *, uv_bin: str, matrices: Path, artifa
     packages = locked_packages(Path(lockdir), py, uv_bin)
     torch_v = packages.get("torch") or (target.torch if target else None)
     nemo, mbridge = framework_flags(packages)
-    arch = (record.stage2_env.get("TORCH_CUDA_ARCH_LIST")) if record else None
+    # what the lock asked for (--arch-list, else the default for its CUDA and host); a lock without CUDA asks none
+    arch = record.arch_list().torch if record and record.target.cuda not in (None, "none") else None
     return Expectations(
         lock_sha256=lock.lock_sha256,
         row=record.row if record else None,

@@ -7,10 +7,12 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from envbuilder.archlist import ArchList
 from envbuilder.canonical import version_tuple
 from envbuilder.certify.expect import Expectations
 from envbuilder.certify.fatbin import fatbin_archs, runs_on
 from envbuilder.certify.result import FAIL, PASS, SKIPPED, CheckResult
+from envbuilder.errors import InvalidOptionError
 
 #: GEMM shapes (m, n, k) tried for the measured peak; the probe shape is the first
 GEMM_SHAPES = [(8192, 8192, 8192), (16384, 8192, 8192), (8192, 16384, 8192), (8192, 8192, 16384),
@@ -75,31 +77,25 @@ def check_driver(exp: Expectations, facts: dict[str, Any]) -> CheckResult:
                  f"upgrade the driver to >= {need}, or lock with --driver {drv} (older CUDA)")
 
 
-def _sm_tokens(arch_list: Any) -> set[str]:
-    """'8.0;9.0+PTX' / ['sm_90a', '9.0'] -> {'8.0', '9.0'}."""
-    items = arch_list.replace(";", " ").replace(",", " ").split() if isinstance(arch_list, str) else arch_list
-    out = set()
-    for it in items or []:
-        s = str(it).lower().replace("+ptx", "").replace("sm_", "").replace("compute_", "").rstrip("af")
-        if "." not in s and s.isdigit():
-            s = f"{s[:-1]}.{s[-1]}"
-        out.add(s)
-    return out
+def _arch_list(exp: Expectations) -> tuple[set[str], str]:
+    """The archs the lock asked for (every lock states a list: --arch-list, or the default for its CUDA and host),
+    else, for an environment certified without a lock, the archs torch was compiled for."""
+    if exp.target.arch_list:
+        try:
+            return set(ArchList.parse(exp.target.arch_list, "the lock's arch list").archs), "lock arch list"
+        except InvalidOptionError as exc:
+            return set(), exc.cause
+    try:
+        import torch
+
+        return set(ArchList.parse(torch.cuda.get_arch_list()).archs), "torch's compiled arch list (no lock given)"
+    except Exception:
+        return set(), "no arch list: no lock given and torch lists none"
 
 
 def check_arch(exp: Expectations, facts: dict[str, Any]) -> CheckResult:
     sms = sorted({g["sm"] for g in facts.get("gpus", [])})
-    arch: Any = exp.target.arch_list
-    source = "lock arch list"
-    if not arch:
-        try:
-            import torch
-
-            arch = torch.cuda.get_arch_list()
-            source = "torch's compiled arch list (the lock states none)"
-        except Exception:
-            arch = []
-    have = _sm_tokens(arch)
+    have, source = _arch_list(exp)
     missing = [s for s in sms if s not in have]
     wheels = installed_kernel_archs()
     lacking = {f"{dist}/{so}": s for dist, sos in wheels.items() for so, s in sos.items()

@@ -9,8 +9,16 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
+from envbuilder.archlist import ArchList
 from envbuilder.choices import BUILD_TARGETS, DEFAULT_BUILD_TARGET, MODES
-from envbuilder.cli.options import choice, git_mirror_option, json_option, lock_dir_input, timings_option
+from envbuilder.cli.options import (
+    arch_list_option,
+    choice,
+    git_mirror_option,
+    json_option,
+    lock_dir_input,
+    timings_option,
+)
 from envbuilder.console import emit_json, stderr_console
 
 if TYPE_CHECKING:  # the pipeline (docker SDK) is imported only when `build` runs
@@ -73,9 +81,7 @@ class BuildDisplay:
               help="Base image for both stages (default: matrices/images.toml for the lock's CUDA).")
 @click.option("--mode", type=choice(MODES), default=None,
               help="Template (default: the lock's mode; must match it).")
-@click.option("--arch-list", default=None, metavar="ARCHS",
-              help="CUDA archs for kernel builds, e.g. '8.0;9.0' or sm_80,sm_90 "
-                   "(TORCH_CUDA_ARCH_LIST and NVTE_CUDA_ARCHS).")
+@arch_list_option("the image's kernels are compiled for (TORCH_CUDA_ARCH_LIST, NVTE_CUDA_ARCHS)")
 @click.option("--jobs", type=int, default=None,
               help="Parallel compile jobs (MAX_JOBS; default: cores, at most one per 4 GiB of RAM).")
 @click.option("--target", type=choice(BUILD_TARGETS), default=DEFAULT_BUILD_TARGET, show_default=True,
@@ -103,7 +109,7 @@ class BuildDisplay:
                    "(credentials: the engine's Docker config, e.g. `docker login REGISTRY`).")
 @json_option("Print the build report as JSON on stdout.")
 @timings_option
-def build(lock: Path, tag: str | None, base: str | None, mode: str | None, arch_list: str | None,
+def build(lock: Path, tag: str | None, base: str | None, mode: str | None, arch_list: ArchList | None,
           jobs: int | None, target: str, python: str | None, ca_bundle: Path | None, no_ca_bundle: bool,
           secrets: tuple[str, ...], no_cache: bool, no_pull: bool, no_scan: bool, log_file: Path | None,
           wheelhouse: Path | None, git_mirrors: tuple[str, ...], push: str | None, as_json: bool,

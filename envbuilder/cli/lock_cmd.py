@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from envbuilder.archlist import ArchList
 from envbuilder.choices import (
     DEFAULT_MODE,
     DEFAULT_SOURCE,
@@ -16,7 +17,7 @@ from envbuilder.choices import (
     TORCH_INDEXES,
 )
 from envbuilder.cli.matrix_cmd import chosen_row, row_options
-from envbuilder.cli.options import choice, host_options, json_option, timings_option
+from envbuilder.cli.options import arch_list_option, choice, host_options, json_option, timings_option
 from envbuilder.console import emit_json, stderr_console
 from envbuilder.host.torchprobe import probe_torch, read_torch_facts
 from envbuilder.lock import LockOptions, run_lock
@@ -61,6 +62,7 @@ def _relock_command(out: Path) -> str:
               help="pypi: PyPI's torch wheel when it has the row's CUDA major; pytorch: the exact CUDA variant "
                    "from download.pytorch.org.")
 @host_options(detect=True)
+@arch_list_option("the stage-2 kernels are compiled for (recorded in the lock; build, wheels and certify use it)")
 @click.option("--set", "sets", multiple=True, metavar="NAME==VERSION",
               help="Override a component's version (NAME==none leaves it out). Repeatable.")
 @click.option("--source", type=choice(SOURCES), default=DEFAULT_SOURCE, show_default=True,
@@ -96,6 +98,7 @@ def _relock_command(out: Path) -> str:
 def lock(nemo: str | None, release: str | None, mbridge: str | None, all_rows: bool, jobs: int | None,
          online: bool, output: Path | None, python: str | None, cuda: str | None, torch: str | None,
          torch_index: str, driver: str | None, gpu: str | None, sm: str | None, no_detect: bool,
+         arch_list: ArchList | None,
          sets: tuple[str, ...], source: str, mode: str, glibc: str | None, allow_minor_compat: bool,
          interpreter: Path | None, host_torch_facts: Path | None, find_links: tuple[Path, ...],
          ca_bundle: Path | None, allow_source_build: bool,
@@ -124,7 +127,8 @@ def lock(nemo: str | None, release: str | None, mbridge: str | None, all_rows: b
                               torch_index=torch_index, overrides=parse_set(sets), source=source, mode=mode,
                               glibc=target_glibc, glibc_from_row=glibc_from_row, host=host,
                               allow_minor_compat=allow_minor_compat,
-                              source_build="allow" if allow_source_build else "forbid", host_torch=host_torch)
+                              source_build="allow" if allow_source_build else "forbid", host_torch=host_torch,
+                              arch_list=arch_list)
 
     base = LockOptions(output=output or Path("locks"), check=check, ca_bundle=ca_bundle,
                        find_links=list(find_links), offline_first=not online, wait=not no_wait)

@@ -1,5 +1,5 @@
 """Options shared by several commands, spelled once: `--json`, `--timings`, the host options,
-the lock-directory input, and hidden deprecated aliases for renamed options.
+the lock-directory input, `--arch-list`, and hidden deprecated aliases for renamed options.
 
 The value sets behind every click.Choice live in envbuilder/choices.py, where the stages'
 validators read them too.
@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import click
 
+from envbuilder.archlist import ArchList
 from envbuilder.errors import InvalidOptionError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -41,6 +42,24 @@ def git_mirror_option(f: F) -> F:
         help="A local clone of a repository the lock builds a stage-2 package from (URL=PATH), or a directory of "
              "clones found by name (DIR: OWNER+NAME/repo, OWNER/NAME.git, NAME.git); repeatable. Also "
              "ENVBUILDER_GIT_MIRRORS (comma-separated).")(f)
+
+
+def _parse_arch_list(_ctx: click.Context, _param: click.Parameter, value: str | None) -> ArchList | None:
+    if value is None:
+        return None
+    from envbuilder.matrix.archs import check_arch_list
+
+    return check_arch_list(ArchList.parse(value), cuda=None)  # each sm names a GPU; the row's CUDA is checked later
+
+
+def arch_list_option(what: str) -> Callable[[F], F]:
+    """--arch-list ARCHS, parsed once into an ArchList (every arch checked against matrices/cuda_archs.toml); the
+    function receives `arch_list` (None when not given: the lock's own list applies)."""
+    return click.option(
+        "--arch-list", "arch_list", default=None, metavar="ARCHS", callback=_parse_arch_list,
+        help=f"GPU archs {what}, e.g. 9.0, 8.0;9.0+PTX or sm_80,sm_90 (default: the lock's --arch-list, else the "
+             "host's sm for a lock made for a host, else every data-center/workstation GPU from Ampere on that "
+             "the lock's CUDA compiles for: matrices/cuda_archs.toml [default]).")
 
 
 def host_options(*, detect: bool = False, count: bool = False) -> Callable[[F], F]:

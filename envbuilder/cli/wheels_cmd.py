@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from envbuilder.cli.options import git_mirror_option, json_option, lock_dir_input, timings_option
+from envbuilder.archlist import ArchList
+from envbuilder.cli.options import arch_list_option, git_mirror_option, json_option, lock_dir_input, timings_option
 from envbuilder.console import emit_json, stderr_console
 from envbuilder.kernels import WheelsOptions, run_wheels
 from envbuilder.matrix import load_matrix
@@ -15,8 +16,7 @@ from envbuilder.matrix import load_matrix
 @click.command()
 @lock_dir_input(positional=True, required=True, exists=True)
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="Wheelhouse directory to write.")
-@click.option("--arch-list", default=None,
-              help="GPU archs, e.g. 9.0 or 8.0;9.0+PTX (default: the lock's host sm, else 8.0;8.6;8.9;9.0).")
+@arch_list_option("to compile the wheels for")
 @click.option("--jobs", type=click.IntRange(min=1), default=None,
               help="Parallel compile jobs (MAX_JOBS; default from cores and free RAM per package).")
 @click.option("--parallel", type=click.IntRange(min=1), default=1, show_default=True,
@@ -38,7 +38,7 @@ from envbuilder.matrix import load_matrix
 @git_mirror_option
 @json_option("Print the per-package report as JSON on stdout (compile time and peak RSS with --timings).")
 @timings_option
-def wheels(lock: Path, output: Path, arch_list: str | None, jobs: int | None, parallel: int, torch_from: str,
+def wheels(lock: Path, output: Path, arch_list: ArchList | None, jobs: int | None, parallel: int, torch_from: str,
            interpreter: Path | None, packages: tuple[str, ...], cuda_home: Path | None, cache_dir: Path | None,
            sdist_dir: Path | None, ca_bundle: Path | None, git_mirrors: tuple[str, ...], as_json: bool,
            timings: bool) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from envbuilder import __version__
+from envbuilder.archlist import ArchList
 from envbuilder.atomic import write_atomic
 from envbuilder.choices import BUILD_TARGETS, DEFAULT_BUILD_TARGET
 from envbuilder.errors import BuildFailedError, InvalidOptionError, NoCudaSourcesError, SecretLeakError
@@ -23,13 +24,12 @@ from envbuilder.image.images import BaseChoice, choose_bases
 from envbuilder.image.lockdir import LockDir, load_lockdir
 from envbuilder.image.render import (
     RenderValues,
-    default_arch_list,
     default_jobs,
-    normalize_arch_list,
     render_dockerfile,
 )
 from envbuilder.image.secrets import SecretSpec, check_ca_bundle, proxy_settings, secret_files
 from envbuilder.kernels import wheelhouse_for_lock
+from envbuilder.matrix.archs import check_arch_list
 from envbuilder.paths import REPO_ROOT
 from envbuilder.troubleshoot import troubleshoot
 from envbuilder.uvbin import uv_binary, uv_version
@@ -44,7 +44,7 @@ class BuildOptions:
     tag: str | None = None
     base: str | None = None
     mode: str | None = None
-    arch_list: str | None = None
+    arch_list: ArchList | None = None   # None: the lock's (LockRecord.arch_list)
     jobs: int | None = None
     target: str = DEFAULT_BUILD_TARGET
     python: str | None = None
@@ -157,7 +157,7 @@ def _no_progress(event: BuildEvent) -> None:
     pass
 
 
-def _check_options(opts: BuildOptions, lock: LockDir) -> tuple[str, str, int]:
+def _check_options(opts: BuildOptions, lock: LockDir) -> tuple[str, ArchList | None, int]:
     """(mode, arch list, jobs): every flag is checked before the base-image check, which may pull gigabytes."""
     mode = opts.mode or lock.mode
     if mode != lock.mode:
@@ -174,24 +174,25 @@ def _check_options(opts: BuildOptions, lock: LockDir) -> tuple[str, str, int]:
             "packages that import and have no kernels",
             f"re-lock with --source git, with --set NAME==VERSION of a release that ships its kernels, or with "
             f"--set NAME==none for {names}; or build --target stage1")
-    cuda = str(lock.target.cuda or "none")
-    arch_list = normalize_arch_list(opts.arch_list) if opts.arch_list else (
-        default_arch_list(cuda) if cuda not in ("none", "unknown") else "")
+    cuda = lock.target.cuda
+    archs = opts.arch_list  # a lock without CUDA compiles nothing for a GPU: only what --arch-list asks
+    if cuda not in (None, "none", "unknown"):
+        archs = check_arch_list(opts.arch_list or lock.record.arch_list(), cuda)
     if opts.jobs is not None and opts.jobs < 1:
         raise InvalidOptionError(f"--jobs {opts.jobs}: needs at least one compile job",
                                  "pass a positive number, or leave --jobs out for the default")
     jobs = opts.jobs if opts.jobs is not None else default_jobs()
-    return mode, arch_list, jobs
+    return mode, archs, jobs
 
 
-def _build_args(lock: LockDir, bases: BaseChoice, want_py: str, python_from: str, arch_list: str, jobs: int,
+def _build_args(lock: LockDir, bases: BaseChoice, want_py: str, python_from: str, archs: ArchList | None, jobs: int,
                 proxy_args: dict[str, str]) -> dict[str, str]:
     sde = lock.source_date_epoch
     created = datetime.fromtimestamp(sde, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     return {
         "BUILDER_BASE": bases.builder, "RUNTIME_BASE": bases.runtime, "PYTHON": want_py,
-        "PYTHON_FROM": python_from, "TORCH_CUDA_ARCH_LIST": arch_list,
-        "NVTE_CUDA_ARCHS": ";".join(a.replace("+PTX", "").replace(".", "") for a in arch_list.split(";") if a),
+        "PYTHON_FROM": python_from, "TORCH_CUDA_ARCH_LIST": archs.torch if archs else "",
+        "NVTE_CUDA_ARCHS": archs.semicolon_numbers if archs else "",
         "MAX_JOBS": str(jobs), "SOURCE_DATE_EPOCH": str(sde), "ENVBUILDER_CREATED": created,
         "ENVBUILDER_VERSION": __version__, "ENVBUILDER_REVISION": git_revision(), "ENVBUILDER_ROW": lock.row,
         "ENVBUILDER_LOCK_SHA256": lock.lock_sha256, "ENVBUILDER_BASE": bases.runtime, **proxy_args,
@@ -260,7 +261,7 @@ def build_image(opts: BuildOptions, progress: BuildProgress = _no_progress) -> B
     """Build a lock directory into an image. Reports through `progress`; prints nothing itself."""
     t0 = time.monotonic()
     lock = load_lockdir(opts.lockdir)
-    mode, arch_list, jobs = _check_options(opts, lock)
+    mode, archs, jobs = _check_options(opts, lock)
     if opts.push:  # a bad --push fails before the build, not after an hour of it
         registry.push_target(opts.push, "latest")
     ca_bundle = check_ca_bundle(opts.ca_bundle) if opts.ca_bundle is not None else None
@@ -296,11 +297,11 @@ def build_image(opts: BuildOptions, progress: BuildProgress = _no_progress) -> B
     lock_uv = lock.record.uv_version or "unknown"
     if lock_uv not in ("unknown", uv_ver):
         warnings.append(f"the lock was made with uv {lock_uv}; this envbuilder ships uv {uv_ver}")
-    build_args = _build_args(lock, bases, want_py, python_from, arch_list, jobs, proxy_args)
+    build_args = _build_args(lock, bases, want_py, python_from, archs, jobs, proxy_args)
     for w in warnings:
         progress(BuildEvent("warning", w))
     progress(BuildEvent("message", f"build {lock.row} ({mode}) -> {tag}  target={opts.target}  base={bases.builder}"
-                                   f"  python={want_py} ({python_from})  jobs={jobs}  arch={arch_list or '-'}"))
+                                   f"  python={want_py} ({python_from})  jobs={jobs}  arch={archs or '-'}"))
 
     if opts.wheelhouse is not None:
         progress(BuildEvent("message", f"stage 2 from the wheelhouse {opts.wheelhouse}: "
@@ -311,7 +312,7 @@ def build_image(opts: BuildOptions, progress: BuildProgress = _no_progress) -> B
         ctx = Path(tmp)
         dockerfile = render_dockerfile(RenderValues(
             mode=mode, builder_base=bases.builder, runtime_base=bases.runtime, python=want_py,
-            python_from=python_from, arch_list=arch_list, jobs=jobs, secret_ids=tuple(secret_ids),
+            python_from=python_from, archs=archs, jobs=jobs, secret_ids=tuple(secret_ids),
             stage1_skip=tuple(sorted(lock.record.stage1_deferred)),
             wheelhouse=bool(wheels), stage2_packages=tuple(prebuilt), git_sources=bool(git_sources)))
         files = assemble(ctx, lock, dockerfile, uv, wheels, git_sources)
@@ -358,7 +359,7 @@ def build_image(opts: BuildOptions, progress: BuildProgress = _no_progress) -> B
         tag=tag, image_id=image_id, row=lock.row, mode=mode, target=opts.target, lock_sha256=lock.lock_sha256,
         base={"builder": bases.builder, "runtime": bases.runtime, "digest_pinned": bases.digest_pinned,
               "from": bases.source},
-        python={"version": want_py, "from": python_from}, arch_list=arch_list, jobs=jobs,
+        python={"version": want_py, "from": python_from}, arch_list=archs.torch if archs else "", jobs=jobs,
         size_bytes=int(attrs.get("Size", 0)), labels=dict((attrs.get("Config") or {}).get("Labels") or {}),
         context_files=files, steps=log.summary(), build_seconds=round(build_seconds, 1), warnings=warnings,
         secrets={"ca_bundle": ca_bundle is not None, "ids": sorted(secret_ids)},

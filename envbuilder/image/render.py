@@ -14,10 +14,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from envbuilder.archlist import ArchList
 from envbuilder.choices import MODES
 from envbuilder.errors import InvalidOptionError
-from envbuilder.kernels.archs import ArchList
 from envbuilder.lock import record
+from envbuilder.matrix.archs import default_arch_list
 from envbuilder.templating import template_env
 
 # the io.envbuilder.* label names the templates write (defined beside the lock record)
@@ -25,8 +26,6 @@ IMAGE_LABELS = {
     "lock_sha256": record.LABEL_LOCK_SHA256, "row": record.LABEL_ROW, "mode": record.LABEL_MODE,
     "version": record.LABEL_VERSION, "source_date": record.LABEL_SOURCE_DATE, "stage": record.LABEL_STAGE,
 }
-# A100, A10/RTX 30xx, L40/RTX 40xx, H100/H200; B200 (10.0) needs CUDA >= 12.8.
-DEFAULT_ARCHS = ("8.0", "8.6", "8.9", "9.0")
 _SECRET_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
@@ -37,7 +36,7 @@ class RenderValues:
     runtime_base: str
     python: str
     python_from: str                     # "system" | "uv"
-    arch_list: str                       # TORCH_CUDA_ARCH_LIST form: "8.0;9.0"
+    archs: ArchList | None               # None: no CUDA, nothing compiled for a GPU
     jobs: int
     secret_ids: tuple[str, ...] = ()     # besides "ca", always mounted
     lock_src: str = "lock"                # pyproject.toml, uv.lock, wheels/
@@ -55,31 +54,14 @@ class RenderValues:
     extra: dict[str, str] = field(default_factory=dict)
 
     @property
+    def arch_list(self) -> str:
+        """TORCH_CUDA_ARCH_LIST form: '8.0;9.0+PTX' ('' without CUDA)."""
+        return self.archs.torch if self.archs else ""
+
+    @property
     def nvte_archs(self) -> str:
-        return nvte_archs(self.arch_list)
-
-
-def normalize_arch_list(spec: str) -> str:
-    """'sm_80,sm_90' / '80 90' / '8.0;9.0+PTX' -> '8.0;9.0' / '8.0;9.0+PTX' (torch's form).
-
-    One parser for every --arch-list: the wheelhouse's (kernels.archs.ArchList)."""
-    return ArchList.parse(spec).torch
-
-
-def nvte_archs(arch_list: str) -> str:
-    """Transformer Engine's NVTE_CUDA_ARCHS form: '8.0;9.0' -> '80;90'."""
-    return ";".join(a.replace("+PTX", "").replace(".", "") for a in arch_list.split(";") if a)
-
-
-def default_arch_list(cuda: str) -> str:
-    archs = list(DEFAULT_ARCHS)
-    try:
-        major, minor = (int(x) for x in cuda.split(".")[:2])
-        if (major, minor) >= (12, 8):
-            archs.append("10.0")
-    except ValueError:
-        pass
-    return ";".join(archs)
+        """Transformer Engine's NVTE_CUDA_ARCHS form: '80;90'."""
+        return self.archs.semicolon_numbers if self.archs else ""
 
 
 def default_jobs() -> int:
@@ -124,7 +106,7 @@ def render_toplevel(builder_base: str, runtime_base: str, python: str = "3.12",
     """The repository's /Dockerfile: the hermetic template for a repo-root context."""
     values = RenderValues(
         mode="hermetic", builder_base=builder_base, runtime_base=runtime_base, python=python,
-        python_from="uv", arch_list=default_arch_list("12.8"), jobs=4,
+        python_from="uv", archs=default_arch_list("12.8", None), jobs=4,
         lock_src="${LOCKDIR}", record_src=f"${{LOCKDIR}}/{record.RECORD_NAME}", uv_src=TOPLEVEL_UV,
         tools_src=TOPLEVEL_TOOLS, gittree_src=TOPLEVEL_GITTREE, lockdir_arg=lockdir,
     )

@@ -1,9 +1,9 @@
-"""GPU architecture lists: parse `--arch-list`, spell it for each package, read it back from a .so.
+"""GPU architectures of built wheels: read them back from a .so and hold them to the request.
 
-A request such as `8.0;9.0+PTX` means: SASS for sm_80 and sm_90, PTX for compute_90, nothing
-else. After a build, `cuobjdump --list-elf/--list-ptx` lists what each shared object really holds,
-and the two must agree: a wheel missing the GPU's arch fails at the first kernel launch, and one
-with every arch took many times longer to compile than asked for.
+The request is an `ArchList` (envbuilder.archlist, re-exported here: one parser for every stage).
+After a build, `cuobjdump --list-elf/--list-ptx` lists what each shared object really holds, and
+the two must agree: a wheel missing the GPU's arch fails at the first kernel launch, and one with
+every arch took many times longer to compile than asked for.
 """
 
 from __future__ import annotations
@@ -15,77 +15,10 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from envbuilder.errors import ArchMismatchError, CudaToolkitError, InvalidOptionError
+from envbuilder.archlist import ArchList
+from envbuilder.errors import ArchMismatchError, CudaToolkitError
 
-
-@dataclass(frozen=True)
-class ArchList:
-    """Compute capabilities as torch spells them ('8.0', '9.0'), each with or without PTX."""
-
-    archs: tuple[str, ...]
-    ptx: tuple[str, ...] = ()
-
-    @classmethod
-    def parse(cls, spec: str) -> ArchList:
-        """'sm_80,sm_90' / '80 90' / '8.0;9.0+PTX' -> ArchList (order kept, duplicates dropped)."""
-        archs: list[str] = []
-        ptx: list[str] = []
-        for raw in re.split(r"[;,\s]+", spec.strip()):
-            if not raw:
-                continue
-            tok = raw.lower().removeprefix("sm_").removeprefix("sm")
-            has_ptx = tok.endswith("+ptx")
-            tok = tok.removesuffix("+ptx")
-            m = re.fullmatch(r"(\d+)\.(\d)|(\d+)(\d)a?", tok)  # sm_90a: the 9.0 arch-specific target
-            if not m:
-                raise InvalidOptionError(f"--arch-list: {raw!r} is not a CUDA arch (use 8.0;9.0 or sm_80,sm_90)",
-                                         "pass compute capabilities such as 9.0 or 8.0;9.0+PTX")
-            major, minor = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
-            item = f"{int(major)}.{minor}"
-            if item not in archs:
-                archs.append(item)
-            if has_ptx and item not in ptx:
-                ptx.append(item)
-        if not archs:
-            raise InvalidOptionError("--arch-list is empty", "pass compute capabilities such as 9.0")
-        return cls(tuple(archs), tuple(ptx))
-
-    def __str__(self) -> str:
-        return self.torch
-
-    @property
-    def torch(self) -> str:
-        """TORCH_CUDA_ARCH_LIST form: '8.0;9.0+PTX'."""
-        return ";".join(a + ("+PTX" if a in self.ptx else "") for a in self.archs)
-
-    @property
-    def numbers(self) -> tuple[str, ...]:
-        """'90', '80': the sm_ / compute_ suffixes."""
-        return tuple(a.replace(".", "") for a in self.archs)
-
-    @property
-    def semicolon_numbers(self) -> str:
-        """NVTE_CUDA_ARCHS / FLASH_ATTN_CUDA_ARCHS form: '80;90'."""
-        return ";".join(self.numbers)
-
-    def gencodes(self) -> list[str]:
-        """nvcc -gencode values: SASS for every arch, plus PTX where asked."""
-        out = [f"arch=compute_{n},code=sm_{n}" for n in self.numbers]
-        out += [f"arch=compute_{a.replace('.', '')},code=compute_{a.replace('.', '')}" for a in self.ptx]
-        return out
-
-    @property
-    def tag(self) -> str:
-        """The local-version fragment: 'sm90', 'sm80sm90ptx' (PTX archs get 'ptx')."""
-        return "".join(f"sm{a.replace('.', '')}" + ("ptx" if a in self.ptx else "") for a in self.archs)
-
-    @property
-    def expected_sass(self) -> frozenset[str]:
-        return frozenset(self.numbers)
-
-    @property
-    def expected_ptx(self) -> frozenset[str]:
-        return frozenset(a.replace(".", "") for a in self.ptx)
+__all__ = ["ArchList", "ObjectArchs", "check_archs", "find_cuobjdump", "mismatches", "object_archs"]
 
 
 @dataclass(frozen=True)

@@ -46,11 +46,10 @@ from envbuilder.kernels.wheelhouse import WHEELHOUSE_RECORD, Wheelhouse, WheelRe
 from envbuilder.lock.kernel_sources import require_cuda_sources
 from envbuilder.lock.record import LockRecord, read_record
 from envbuilder.lock.sdist import read_sdist
+from envbuilder.matrix.archs import check_arch_list
 from envbuilder.matrix.model import Matrix
 
 Progress = Callable[[str], None]
-# A100, A10/RTX 30xx, L40/RTX 40xx, H100/H200 (the image build's default too)
-DEFAULT_ARCH_LIST = "8.0;8.6;8.9;9.0"
 #: wheels that keep their upstream version (no +cu130torch2.11... tag): a sibling package checks it exactly
 #: (NVIDIA/TransformerEngine:transformer_engine/common/__init__.py@v2.14, load_framework_extension)
 EXACT_VERSION_PACKAGES = frozenset({"transformer-engine-torch"})
@@ -60,7 +59,7 @@ EXACT_VERSION_PACKAGES = frozenset({"transformer-engine-torch"})
 class WheelsOptions:
     lockdir: Path
     output: Path
-    arch_list: str | None = None
+    arch_list: ArchList | None = None   # None: the lock's (LockRecord.arch_list)
     jobs: int | None = None
     torch_from: str = "venv"            # venv | host
     interpreter: Path | None = None     # --torch-from host
@@ -418,7 +417,7 @@ def run_wheels(opts: WheelsOptions, matrix: Matrix | None, progress: Progress = 
     record = read_record(lockdir)
     out = guard_output_dir(Path(opts.output), lambda d: (d / WHEELHOUSE_RECORD).is_file(), "an envbuilder wheelhouse")
     cache = cache_root(opts.cache_dir)
-    archs = ArchList.parse(opts.arch_list or record.host.sm or DEFAULT_ARCH_LIST)
+    archs = check_arch_list(opts.arch_list or record.arch_list(), record.target.cuda)
     to_build = _packages_to_build(lockdir, record, opts.packages, progress)
     facts = _choose_torch(opts, lockdir, record, cache, progress, [n for n, _ in to_build])
     toolkit = None

@@ -204,7 +204,7 @@ def run_lock(matrix: Matrix, req: ResolveRequest, opts: LockOptions, progress: P
     check_find_links(opts.find_links)
     check_ca_bundle(opts.ca_bundle)
     res = resolve(matrix, req)
-    check_target_arch(res)
+    check_target_arch(res, req.arch_list)
     timings["resolve"] = time.monotonic() - t0
     for w in res.warnings:
         progress(f"warning: {w}")

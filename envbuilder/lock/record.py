@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from envbuilder import __version__
+from envbuilder.archlist import ArchList
 from envbuilder.canonical import dumps, sha256_file
 from envbuilder.choices import ROW_OPTIONS
 from envbuilder.errors import LockDirError, LockSchemaError, MalformedFileError
@@ -98,6 +99,7 @@ class LockInputs:
     allow_minor_compat: bool
     find_links: tuple[str, ...]
     source_build: str = "allow"     # written only when not the default
+    arch_list: str | None = None    # --arch-list (ArchList.torch spelling); written only when given
 
     def to_dict(self) -> dict[str, object]:
         out: dict[str, object] = {
@@ -106,6 +108,8 @@ class LockInputs:
             "glibc": self.glibc, "allow_minor_compat": self.allow_minor_compat, "find_links": list(self.find_links)}
         if self.source_build != "allow":
             out["source_build"] = self.source_build
+        if self.arch_list is not None:
+            out["arch_list"] = self.arch_list
         return out
 
     @classmethod
@@ -114,14 +118,14 @@ class LockInputs:
         if len(named) != 1:
             f.fail(None, f"names its row under {len(named)} of {', '.join(ROW_OPTIONS)} (one expected)")
         known = {*ROW_OPTIONS, "python", "cuda", "torch", "torch_index", "set", "source", "mode", "glibc",
-                 "allow_minor_compat", "find_links", "source_build"}
+                 "allow_minor_compat", "find_links", "source_build", "arch_list"}
         unknown = sorted(set(f) - known)
         if unknown:
             f.fail(unknown[0], "is not an input envbuilder records")
         return cls(named[0], f.string(named[0]), f.string("python", None), f.string("cuda", None),
                    f.string("torch", None), f.string("torch_index"), tuple(f.strings("set")), f.string("source"),
                    f.string("mode"), f.string("glibc"), f.boolean("allow_minor_compat"),
-                   tuple(f.strings("find_links")), f.string("source_build", "allow"))
+                   tuple(f.strings("find_links")), f.string("source_build", "allow"), f.string("arch_list", None))
 
 
 @dataclass(frozen=True)
@@ -239,6 +243,16 @@ class LockRecord:
 
     #: fields written only when they hold something, so records without them keep their bytes
     OPTIONAL_FIELDS: ClassVar[frozenset[str]] = frozenset({"kernel_less", "git_sources"})
+
+    # ---- what the lock asks for ----------------------------------------------------
+    def arch_list(self) -> ArchList:
+        """The GPU archs this lock's kernels are compiled for: its --arch-list, else the one default for its CUDA
+        and host (envbuilder.matrix.archs.default_arch_list). Build, wheels and certify all read it here."""
+        if self.inputs.arch_list:
+            return ArchList.parse(self.inputs.arch_list, f"{RECORD_NAME} inputs.arch_list")
+        from envbuilder.matrix.archs import default_arch_list
+
+        return default_arch_list(self.target.cuda, self.host.sm)
 
     # ---- serialisation -------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -397,7 +411,8 @@ def build_record(res: Resolution, req: ResolveRequest, lockdir: Path, uv_version
             row_option=req.row_option, row=req.row, python=req.python, cuda=req.cuda, torch=req.torch,
             torch_index=req.torch_index, overrides=tuple(f"{n}=={v}" for n, v in req.overrides),
             source=req.source, mode=req.mode, glibc=req.glibc, allow_minor_compat=req.allow_minor_compat,
-            find_links=tuple(find_links_used), source_build=req.source_build),
+            find_links=tuple(find_links_used), source_build=req.source_build,
+            arch_list=req.arch_list.torch if req.arch_list else None),
         host=LockHost(res.host_origin, res.driver, res.sm, req.host.gpu_name, req.host.gpu_count,
                       res.host_torch.recorded() if res.host_torch else None),
         target=LockTarget(

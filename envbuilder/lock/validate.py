@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from envbuilder.archlist import ArchList
 from envbuilder.errors import InvalidOptionError, SecretSpecError, UnsupportedArchError
 from envbuilder.resolve.resolver import Resolution
 
@@ -40,11 +41,15 @@ def check_ca_bundle(path: Path | None) -> None:
                               "pass a PEM bundle (-----BEGIN CERTIFICATE-----), e.g. the proxy's CA")
 
 
-def check_target_arch(res: Resolution) -> None:
-    """The row's CUDA must be able to compile for the target GPU, or the stage-2 kernels cannot be built."""
+def check_target_arch(res: Resolution, arch_list: ArchList | None = None) -> None:
+    """The row's CUDA must be able to compile for the target GPU and for every arch of --arch-list, or the
+    stage-2 kernels cannot be built."""
+    from envbuilder.matrix.archs import check_arch_list, cuda_lacks_sm
+
+    if arch_list is not None:
+        check_arch_list(arch_list, res.cuda)
     if not res.sm or not res.cuda or res.cuda in ("none", "unknown"):
         return
-    from envbuilder.matrix.archs import cuda_lacks_sm
 
     why = cuda_lacks_sm(str(res.cuda), str(res.sm))
     if why is not None:

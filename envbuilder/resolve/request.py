@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from envbuilder.archlist import ArchList
 from envbuilder.errors import InvalidOptionError, ResolveConflictError
 from envbuilder.host.torchprobe import HostTorch
 from envbuilder.resolve.components import canonical
@@ -40,6 +41,7 @@ class ResolveRequest:
     row_option: str = "nemo"  # which of ROW_OPTIONS `row` is (the CLI option, and Matrix.find_row's keyword)
     source_build: str = "allow"  # "forbid": a stage-2 package without a prebuilt wheel is an error
     host_torch: HostTorch | None = None  # --mode host-torch: the interpreter's torch (probed by the CLI)
+    arch_list: ArchList | None = None  # --arch-list: the GPU archs stage 2 compiles for (else the one default)
 
 
 _SET_RE = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*==\s*([A-Za-z0-9_.+!\-]+)\s*$")

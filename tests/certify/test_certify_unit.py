@@ -15,7 +15,7 @@ import pytest
 
 from envbuilder.certify.certificate import Artifact, Certificate
 from envbuilder.certify.expect import DatasheetRate, Expectations, ExpectedTarget, load_expectations, normalize
-from envbuilder.certify.gpu import _sm_tokens, check_arch, check_driver
+from envbuilder.certify.gpu import check_arch, check_driver
 from envbuilder.certify.level0 import check_drift, installed_versions, versions_match
 from envbuilder.certify.lossrule import judge_losses
 from envbuilder.certify.report import build_certificate, write_outputs
@@ -105,16 +105,12 @@ def test_driver_check_compares_numerically() -> None:
     assert check_driver(Expectations(), {"driver": "580.159.04"}).status == SKIPPED
 
 
-def test_arch_list_forms() -> None:
-    assert _sm_tokens("8.0;9.0+PTX") == {"8.0", "9.0"}
-    assert _sm_tokens(["sm_90a", "sm_100", "compute_120"]) == {"9.0", "10.0", "12.0"}
-
-
 def test_arch_check_names_the_missing_sm() -> None:
     facts = {"gpus": [{"name": "NVIDIA H100 80GB HBM3", "sm": "9.0"}]}  # fake: no GPU here
     assert check_arch(Expectations(target=ExpectedTarget(arch_list="8.0;9.0")), facts).status == PASS
     c = check_arch(Expectations(target=ExpectedTarget(arch_list="8.0;8.6")), facts)
     assert c.status == FAIL and "9.0" in (c.advice or "") and "--arch-list" in (c.advice or "")
+    assert c.measured["arch_list"] == ["8.0", "8.6"] and c.measured["source"] == "lock arch list"
 
 
 def test_datasheet_lookup_prefers_the_longest_alias() -> None:

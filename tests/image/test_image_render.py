@@ -11,13 +11,11 @@ from pathlib import Path
 import pytest
 from golden_files import UPDATE_VAR, check_golden, updating
 
+from envbuilder.archlist import ArchList
 from envbuilder.errors import InvalidOptionError
 from envbuilder.image import images
 from envbuilder.image.render import (
     RenderValues,
-    default_arch_list,
-    normalize_arch_list,
-    nvte_archs,
     render_dockerfile,
     render_toplevel,
 )
@@ -29,14 +27,14 @@ CASES = {
     "Dockerfile.hermetic-cuda": RenderValues(
         mode="hermetic", builder_base="nvidia/cuda:12.8.1-cudnn-devel-ubuntu24.04",
         runtime_base="nvidia/cuda:12.8.1-runtime-ubuntu24.04", python="3.12", python_from="uv",
-        arch_list="8.0;9.0;10.0", jobs=8),
+        archs=ArchList.parse("8.0;9.0;10.0"), jobs=8),
     "Dockerfile.hermetic-smoke-secrets": RenderValues(
         mode="hermetic", builder_base="envbuilder/test-base:bookworm", runtime_base="envbuilder/test-base:bookworm",
-        python="3.11", python_from="system", arch_list="", jobs=2, secret_ids=("HF_TOKEN", "NGC_API_KEY")),
+        python="3.11", python_from="system", archs=None, jobs=2, secret_ids=("HF_TOKEN", "NGC_API_KEY")),
     "Dockerfile.ngc-base": RenderValues(
         mode="ngc-base", builder_base="nvcr.io/nvidia/pytorch:25.04-py3",
         runtime_base="nvcr.io/nvidia/pytorch:25.04-py3",
-        python="3.12", python_from="system", arch_list="9.0", jobs=4),
+        python="3.12", python_from="system", archs=ArchList.parse("9.0"), jobs=4),
 }
 
 
@@ -97,28 +95,6 @@ def test_toplevel_dockerfile_is_the_rendered_template() -> None:
     assert "ARG LOCKDIR=build/v2.3.0" in text and "COPY ${LOCKDIR}/ ./" in text
 
 
-@pytest.mark.parametrize(("spec", "torch_form", "nvte"), [
-    ("8.0;9.0", "8.0;9.0", "80;90"),
-    ("sm_80,sm_90", "8.0;9.0", "80;90"),
-    ("80 90 100", "8.0;9.0;10.0", "80;90;100"),
-    ("9.0+PTX", "9.0+PTX", "90"),
-    ("sm_90a", "9.0", "90"),
-])
-def test_arch_list_forms(spec: str, torch_form: str, nvte: str) -> None:
-    assert normalize_arch_list(spec) == torch_form
-    assert nvte_archs(torch_form) == nvte
-
-
-def test_bad_arch_list_is_an_option_error() -> None:
-    with pytest.raises(InvalidOptionError):
-        normalize_arch_list("hopper")
-
-
-def test_default_arch_list_adds_blackwell_from_cuda_12_8() -> None:
-    assert "10.0" not in default_arch_list("12.6")
-    assert default_arch_list("12.8").endswith("10.0")
-
-
 def _target(**kw: str | None) -> LockTarget:
     base = dict(python="3.12", requires_python="==3.12.*", cuda=None, cudnn=None, torch=None, torch_variant=None,
                 torch_index=None, min_driver=None, glibc="2.35", platform="linux-x86_64", container=None)
@@ -166,7 +142,7 @@ def test_stage1_skips_deferred_stage2_packages() -> None:
     from envbuilder.image.render import RenderValues, render_dockerfile
 
     text = render_dockerfile(RenderValues(mode="hermetic", builder_base="b", runtime_base="r", python="3.11",
-                                          python_from="system", arch_list="9.0", jobs=2,
+                                          python_from="system", archs=ArchList.parse("9.0"), jobs=2,
                                           stage1_skip=("mamba-ssm",)))
     stage1 = next(ln for ln in text.splitlines() if "uv sync --frozen --no-install-project --python" in ln)
     assert stage1.endswith("--no-install-package mamba-ssm")

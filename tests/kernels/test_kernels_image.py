@@ -7,13 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from envbuilder.archlist import ArchList
 from envbuilder.errors import HashMismatchError, InvalidOptionError
 from envbuilder.image.render import RenderValues, render_dockerfile
 from envbuilder.kernels import wheelhouse_for_lock
 from envbuilder.lock.record import sha256_file
 
 BASE = dict(mode="hermetic", builder_base="envbuilder/test-base:bookworm", runtime_base="envbuilder/test-base:bookworm",
-            python="3.11", python_from="system", arch_list="9.0", jobs=2)
+            python="3.11", python_from="system", archs=ArchList.parse("9.0"), jobs=2)
 
 
 @pytest.mark.parametrize("mode", ["hermetic", "ngc-base"])

@@ -131,3 +131,34 @@ def test_malformed_inputs_or_host_are_typed_errors(part: str, edit: dict[str, ob
     with pytest.raises(LockDirError) as err:
         LockRecord.from_json(json.dumps(data), "envbuilder.lock.json")
     assert needle in err.value.cause and err.value.exit_code == 19
+
+
+def test_the_record_states_the_arch_list_the_lock_asks_for(tmp_path: Path) -> None:
+    """lock --arch-list is recorded (inputs.arch_list) and is what build, wheels and certify read; without it the
+    record's list is the one default for its CUDA and host, and the record keeps its bytes (no field written)."""
+    from envbuilder.archlist import ArchList
+    from envbuilder.matrix.archs import default_arch_list
+    from envbuilder.resolve import HostFacts
+
+    (tmp_path / "a").mkdir()
+    plain = _record(tmp_path / "a")
+    assert plain.inputs.arch_list is None and "arch_list" not in plain.to_dict()["inputs"]
+    assert plain.arch_list() == default_arch_list(plain.target.cuda, None)
+    (tmp_path / "b").mkdir()
+    asked = _record(tmp_path / "b", arch_list=ArchList.parse("sm_90,sm_100"))
+    assert asked.to_dict()["inputs"]["arch_list"] == "9.0;10.0" and asked.arch_list().torch == "9.0;10.0"
+    assert LockRecord.from_json(asked.to_json()) == asked
+    (tmp_path / "c").mkdir()
+    host = _record(tmp_path / "c", host=HostFacts(origin="planned", sm="8.0"))
+    assert host.arch_list().torch == "8.0"  # a lock made for a host builds for its GPU
+
+
+def test_certify_expects_the_lock_s_arch_list(tmp_path: Path) -> None:
+    """Every certificate of a lock with CUDA states the arch list its lock asked for (it used to say 'the lock
+    states none')."""
+    from envbuilder.certify.certificate import Artifact
+    from envbuilder.certify.expectations import expectations_from_lock
+
+    rec = _record(tmp_path)
+    exp = expectations_from_lock(tmp_path, uv_bin="/bin/false", matrices=REPO / "matrices", artifact=Artifact("venv"))
+    assert rec.target.cuda and exp.target.arch_list == rec.arch_list().torch
