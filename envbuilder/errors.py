@@ -465,6 +465,21 @@ class MatrixBehindError(EnvbuilderError):
     kind = "matrix-behind"
 
 
+class ReleaseArtifactError(EnvbuilderError):
+    """`matrix derive`: a file of the release is missing or malformed (the error names the file and field)."""
+
+    exit_code = 86
+    kind = "release-artifact"
+
+
+class ReleaseSourceError(EnvbuilderError):
+    """`matrix derive`: the release cannot be read at all (no such tag, not a clone, mirror or source
+    archive, or the clone of a git URL failed)."""
+
+    exit_code = 87
+    kind = "release-source"
+
+
 # --- 90-99: nightly: signing, report, regression gate, audit -----------------
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -74,6 +75,7 @@ def test_a_matrix_edit_is_seen_at_once(tmp_path: Path) -> None:
     mdir.mkdir()
     for p in (REPO / "matrices").glob("*.toml"):
         (mdir / p.name).write_bytes(p.read_bytes())
+    shutil.copytree(REPO / "matrices" / "upstream", mdir / "upstream")
     before = load_matrix(mdir).find_row(name="smoke")
     assert before is not None
     smoke = mdir / "smoke.toml"

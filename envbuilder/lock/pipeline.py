@@ -22,6 +22,7 @@ from packaging.version import Version
 
 from envbuilder.atomic import claim_output_dir, commit_files, owned_names, staging_dir, write_atomic
 from envbuilder.errors import EnvbuilderError, LockOutOfDateError, NetworkError, PlatformWheelError, UvError, os_error
+from envbuilder.lock.fidelity import Fidelity, compare, our_versions
 from envbuilder.lock.interpreter import interpreter_for, own_interpreter, uv_lacked_interpreter
 from envbuilder.lock.kernel_sources import check_kernel_sources, derive_uncovered
 from envbuilder.lock.platform import check_platform, fetch_release_files, find_constraint, source_builds, target_tags
@@ -264,6 +265,22 @@ def _stale_summary(staging: Path, out: Path, names: list[str]) -> str:
     return text
 
 
+def _fidelity(matrix: Matrix, res: Resolution, staging: Path, constraints: list[dict[str, str]],
+              progress: Progress) -> Fidelity | None:
+    """The lock against the row's fidelity target (upstream's uv.lock), when the row has one."""
+    row = matrix.find_row(name=res.row)
+    if row is None or row.upstream_lock is None:
+        return None
+    result = compare(our_versions(staging / "uv.lock"), row.upstream_lock, res.upstream,
+                     {c["package"]: c["constraint"] for c in constraints})
+    progress(f"fidelity: {result.agree} of {result.both} packages agree with {result.target} "
+             f"({result.percent}%); differences by reason: "
+             + (", ".join(f"{k} {v}" for k, v in result.by_reason().items()) or "none"))
+    for d in result.unexplained:
+        progress(f"warning: {d.package} {d.ours} differs from upstream's {d.upstream} for no recorded reason")
+    return result
+
+
 def _lock_into(matrix: Matrix, req: ResolveRequest, opts: LockOptions, res: Resolution, out: Path, real: Path,
                timings: dict[str, float], t0: float, progress: Progress) -> LockResult:
     with staging_dir(real) as staging:
@@ -322,10 +339,12 @@ def _lock_into(matrix: Matrix, req: ResolveRequest, opts: LockOptions, res: Reso
         for name in deferred:
             progress(f"warning: stage 1 depends on {name}; stage 1 installs with --no-install-package {name}")
         python, builds = _choose_target_python(res, req, locked, root, progress)
+        fidelity = _fidelity(matrix, res, staging, constraints, progress)
         record = build_record(res, req, staging, uv_version() or "unknown", constraints, local_rel,
                               [str(p) for p in opts.find_links if p.is_dir()], deferred,
                               target_python=python, source_builds=builds, kernel_less=kernel_less,
-                              git_sources=git_sources)
+                              git_sources=git_sources,
+                              fidelity=fidelity.to_dict() if fidelity else None)
         write_atomic(staging / RECORD_NAME, record.to_json())
         # `uv sync` in the lock directory picks the interpreter the record targets
         write_atomic(staging / PYTHON_VERSION_NAME, f"{python}\n")

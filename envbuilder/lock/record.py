@@ -241,8 +241,12 @@ class LockRecord:
     # records: stage 2 builds them from that tag (see GitSource), never from the kernel-less sdist
     git_sources: dict[str, GitSource] = dataclasses.field(default_factory=dict)
 
+    # a row with upstream's lock as its target (Megatron-Bridge rows): agreement and every difference with
+    # its reason (lock/fidelity.py, Fidelity.to_dict)
+    fidelity: dict[str, Any] = dataclasses.field(default_factory=dict)
+
     #: fields written only when they hold something, so records without them keep their bytes
-    OPTIONAL_FIELDS: ClassVar[frozenset[str]] = frozenset({"kernel_less", "git_sources"})
+    OPTIONAL_FIELDS: ClassVar[frozenset[str]] = frozenset({"kernel_less", "git_sources", "fidelity"})
 
     # ---- what the lock asks for ----------------------------------------------------
     def arch_list(self) -> ArchList:
@@ -395,7 +399,8 @@ def build_record(res: Resolution, req: ResolveRequest, lockdir: Path, uv_version
                  find_links_used: list[str], stage1_deferred: list[str] | None = None,
                  target_python: str | None = None, source_builds: dict[str, list[str]] | None = None,
                  kernel_less: list[str] | None = None,
-                 git_sources: dict[str, GitSource] | None = None) -> LockRecord:
+                 git_sources: dict[str, GitSource] | None = None,
+                 fidelity: dict[str, Any] | None = None) -> LockRecord:
     files = {name: sha256_file(lockdir / name) for name in ("pyproject.toml", "uv.lock")}
     for rel in sorted(local_wheels.values()):
         files[rel] = sha256_file(lockdir / rel)
@@ -438,6 +443,7 @@ def build_record(res: Resolution, req: ResolveRequest, lockdir: Path, uv_version
         warnings=list(res.warnings),
         kernel_less=sorted(kernel_less or []),
         git_sources=dict(sorted((git_sources or {}).items())),
+        fidelity=fidelity or {},
         notes=[{"severity": n.severity, "text": n.text, "source": n.source} for n in res.notes],
         exclude_newer=res.exclude_newer,
         source_date_epoch=source_date_epoch(res.exclude_newer),

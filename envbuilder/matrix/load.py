@@ -21,9 +21,13 @@ from envbuilder import toml_cache
 from envbuilder.errors import MatrixFileError
 from envbuilder.matrix.model import (
     CONTAINER_PREFIX,
+    CURATED,
     NONE,
     OPTIONAL_ROW_FACTS,
+    REASONS,
+    ROW,
     ROW_FACTS,
+    STATUSES,
     UNKNOWN,
     BuildPackage,
     CudaRelease,
@@ -43,6 +47,7 @@ from envbuilder.matrix.model import (
     TransformerEngineInfo,
 )
 from envbuilder.matrix.prebuilt import TORCH_KEYS, PrebuiltWheels
+from envbuilder.matrix.upstream_lock import UpstreamLock, load_extract
 from envbuilder.paths import matrices_dir
 
 if sys.version_info >= (3, 11):
@@ -55,7 +60,7 @@ SCHEMA_VERSION = 1
 # Facts every release row must carry, with the check applied to known values.
 VERSION_FIELDS = (
     "pypi_version", "torch", "transformer_engine", "flash_attn", "mamba_ssm", "causal_conv1d",
-    "megatron_core", "nemo_run", "lightning", "megatron_bridge",
+    "megatron_core", "nemo_run", "lightning", "megatron_bridge", "nvidia_resiliency_ext",
 )
 RELEASE_FACTS = ROW_FACTS
 
@@ -217,6 +222,12 @@ RELEASE_CHECKS.update({
     "container_torch": _check_str, "container_cuda": _check_version, "container_cudnn": _check_str,
     "cuda_toolkit": _check_version, "glibc": _check_glibc,
 })
+# keys of a release row that are not facts or fix lists; anything else is a typo
+ROW_KEYS = frozenset({
+    "nemo", "release", "notes", "prefer", "test_only", "stage1_extra", "stage2_env", "packages", "nemo_extras",
+    "drop_packages", "override_dependencies", "exclude_newer_package", "upstream_lock",
+    *ROW_FACTS, *OPTIONAL_ROW_FACTS,
+})
 
 
 def _fact(f: _File, table: str, i: int, row: dict[str, Any], key: str, check: Check,
@@ -233,11 +244,30 @@ def _fact(f: _File, table: str, i: int, row: dict[str, Any], key: str, check: Ch
     value, source = raw["value"], raw["source"]
     if not isinstance(source, str) or not source.strip():
         raise f.error(table, i, key, "has an empty source", "cite a URL or repo:path@tag")
+    status = _status(f, table, i, key, raw)
     if value not in (UNKNOWN, NONE):
         problem = check(value)
         if problem:
             raise f.error(table, i, key, problem, "write a valid value, or \"unknown\"")
-    return Fact(value, source)
+    return Fact(value, source, status)
+
+
+def _status(f: _File, table: str, i: int, key: str, raw: dict[str, Any]) -> str:
+    """A fact's or entry's `status` (curated when the file does not say)."""
+    status = raw.get("status", CURATED)
+    if status not in STATUSES:
+        raise f.error(table, i, key, f"status {status!r} is not one of {', '.join(STATUSES)}",
+                      "write status = \"derived\" (from the release's artifacts) or \"verified\" (a published "
+                      "table agrees), or leave it out for a fact typed in by hand")
+    return str(status)
+
+
+def _reason(f: _File, table: str, i: int, key: str, raw: dict[str, Any]) -> str:
+    reason = raw.get("reason", ROW)
+    if reason not in REASONS:
+        raise f.error(table, i, key, f"reason {reason!r} is not one of {', '.join(REASONS)}",
+                      "write reason = \"row\", \"upstream\" or \"security\"")
+    return str(reason)
 
 
 def _plain(f: _File, table: str, i: int, row: dict[str, Any], key: str, check: Check) -> Any:
@@ -259,6 +289,10 @@ def _load_releases(f: _File) -> list[Release]:
             raise f.error("release", i, None, "needs exactly one key: nemo (a NeMo tag) or release (a NeMo "
                           "Framework release built around Megatron-Bridge)",
                           'write nemo = "v2.6.0" or release = "26.04"')
+        unknown = sorted(set(row) - ROW_KEYS)
+        if unknown:
+            raise f.error("release", i, unknown[0], "is not a key of a release row",
+                          "see matrices/README.md for the keys")
         nemo = _plain(f, "release", i, row, "nemo", _check_str) if "nemo" in row else None
         name = nemo or str(_plain(f, "release", i, row, "release", _check_release))
         facts: dict[str, Fact] = {}
@@ -280,7 +314,8 @@ def _load_releases(f: _File) -> list[Release]:
             if not isinstance(n, dict) or not n.get("text") or not n.get("source"):
                 raise f.error("release", i, "notes", "each note needs text and source",
                               'write { severity = "warn", text = "...", source = "..." }')
-            notes.append(Note(str(n.get("severity", "info")), str(n["text"]), str(n["source"])))
+            notes.append(Note(str(n.get("severity", "info")), str(n["text"]), str(n["source"]),
+                              _status(f, "release", i, "notes", n)))
         env = row.get("stage2_env", {})
         if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
             raise f.error("release", i, "stage2_env", "must be a table of string values", 'write { VAR = "value" }')
@@ -299,7 +334,9 @@ def _load_releases(f: _File) -> list[Release]:
             if not isinstance(d, dict) or not d.get("package") or not d.get("text") or not d.get("source"):
                 raise f.error("release", i, "drop_packages", "each entry needs package, text and source",
                               'write { package = "name", text = "why", source = "..." }')
-            dropped.append(DroppedPackage(str(d["package"]), str(d["text"]), str(d["source"])))
+            dropped.append(DroppedPackage(str(d["package"]), str(d["text"]), str(d["source"]),
+                                          _reason(f, "release", i, "drop_packages", d),
+                                          _status(f, "release", i, "drop_packages", d)))
         forced = []
         for o in row.get("override_dependencies", []):
             if not isinstance(o, dict) or not o.get("requirement") or not o.get("text") or not o.get("source"):
@@ -311,7 +348,9 @@ def _load_releases(f: _File) -> list[Release]:
                 raise f.error("release", i, "override_dependencies",
                               f"'{o['requirement']}' is not a PEP 508 requirement ({exc})",
                               'write it like "nvidia-cublas>=13.2,<13.3"') from exc
-            forced.append(OverrideDependency(str(o["requirement"]), str(o["text"]), str(o["source"])))
+            forced.append(OverrideDependency(str(o["requirement"]), str(o["text"]), str(o["source"]),
+                                             _reason(f, "release", i, "override_dependencies", o),
+                                             _status(f, "release", i, "override_dependencies", o)))
         cutoffs = []
         for c in row.get("exclude_newer_package", []):
             if not isinstance(c, dict) or not all(c.get(k) for k in ("package", "value", "text", "source")):
@@ -321,15 +360,40 @@ def _load_releases(f: _File) -> list[Release]:
             problem = _check_date(c["value"])
             if problem:
                 raise f.error("release", i, "exclude_newer_package", problem, "write an RFC 3339 UTC date")
-            cutoffs.append(PackageCutoff(str(c["package"]), str(c["value"]), str(c["text"]), str(c["source"])))
+            cutoffs.append(PackageCutoff(str(c["package"]), str(c["value"]), str(c["text"]), str(c["source"]),
+                                         _status(f, "release", i, "exclude_newer_package", c)))
         out.append(Release.from_facts(
             name, facts, nemo=nemo, notes=tuple(notes), prefer=row.get("prefer"),
             test_only=bool(row.get("test_only", False)), stage1_extra=tuple(str(x) for x in extra),
             stage2_env=dict(env), location=Location(f.path.name, f.row_line("release", i)),
             package_names=dict(names), nemo_extras=tuple(extras), drop_packages=tuple(dropped),
             override_dependencies=tuple(forced), exclude_newer_package=tuple(cutoffs),
+            upstream_lock=_upstream_lock(f, i, row),
         ))
     return out
+
+
+def _upstream_lock(f: _File, i: int, row: dict[str, Any]) -> UpstreamLock | None:
+    """The extract of upstream's lock a row cites (`upstream_lock = { value = FILE, source, status }`,
+    FILE relative to the matrices directory); its source must be the one the row cites."""
+    fact = _fact(f, "release", i, row, "upstream_lock", _check_str, required=False)
+    if fact is None or not fact.known:
+        return None
+    rel = str(fact.value)
+    path = (f.path.parent / rel).resolve()
+    if f.path.parent.resolve() not in path.parents:
+        raise f.error("release", i, "upstream_lock", f"{rel!r} is outside the matrices directory",
+                      "write a path like upstream/megatron-bridge-0.6.0.toml")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise f.error("release", i, "upstream_lock", f"cannot read {rel} ({exc.strerror})",
+                      "re-derive the row (envbuilder matrix derive --write)") from exc
+    extract = load_extract(text, str(path))
+    if not fact.source.startswith(extract.source):
+        raise f.error("release", i, "upstream_lock", f"{rel} is the extract of {extract.source}, but the row cites "
+                      f"{fact.source.split(' ')[0]}", "re-derive the row (envbuilder matrix derive --write)")
+    return UpstreamLock(extract.source, extract.sha256, extract.environment, extract.pins, rel)
 
 
 def _check_release(v: Any) -> str | None:
@@ -524,7 +588,7 @@ def load_matrix(directory: Path | None = None) -> Matrix:
         return f
 
     releases: list[Release] = []
-    for name in ("nemo.toml", "smoke.toml"):
+    for name in ("nemo.toml", "mbridge.toml", "smoke.toml"):
         f = opt(name)
         if f:
             releases.extend(_load_releases(f))

@@ -8,15 +8,24 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from envbuilder.matrix.prebuilt import PrebuiltWheels
+    from envbuilder.matrix.upstream_lock import UpstreamLock
 
 UNKNOWN = "unknown"
 NONE = "none"
+
+# How a fact came to be (`status` in the matrix files):
+#   curated  - typed in by a person from the source it cites (every NeMo 2.x row)
+#   derived  - read by `envbuilder matrix derive` from the release's own artifacts; no published table confirms it
+#   verified - a published software-versions table states the same value
+CURATED, DERIVED, VERIFIED = "curated", "derived", "verified"
+STATUSES = (CURATED, DERIVED, VERIFIED)
 
 
 @dataclass(frozen=True)
 class Fact:
     value: Any
     source: str
+    status: str = CURATED
 
     @property
     def known(self) -> bool:
@@ -36,15 +45,27 @@ class Note:
     severity: str
     text: str
     source: str
+    status: str = CURATED
+
+
+# Why a row forces or leaves out a package (`reason` of override_dependencies / drop_packages):
+#   row      - the row's own fix (the pins upstream publishes do not work together on PyPI)
+#   upstream - upstream's own override, carried over from its pyproject ([tool.uv] override-dependencies)
+#   security - upstream's override that closes a known vulnerability (its comment names the CVE)
+ROW, UPSTREAM, SECURITY = "row", "upstream", "security"
+REASONS = (ROW, UPSTREAM, SECURITY)
 
 
 @dataclass(frozen=True)
 class DroppedPackage:
-    """A dependency a hermetic lock leaves out, because PyPI has no usable release of it."""
+    """A dependency a hermetic lock leaves out, because PyPI has no usable release of it (or upstream
+    excludes it, e.g. a codec with a known vulnerability)."""
 
     package: str
     text: str
     source: str
+    reason: str = ROW
+    status: str = CURATED
 
 
 @dataclass(frozen=True)
@@ -55,6 +76,8 @@ class OverrideDependency:
     requirement: str  # a PEP 508 requirement, e.g. "nvidia-cublas>=13.2,<13.3"
     text: str
     source: str
+    reason: str = ROW
+    status: str = CURATED
 
     @property
     def package(self) -> str:
@@ -71,6 +94,7 @@ class PackageCutoff:
     value: str  # RFC 3339 UTC
     text: str
     source: str
+    status: str = CURATED
 
 
 @dataclass(frozen=True)
@@ -93,7 +117,7 @@ ROW_FACTS = (
 # the exact CUDA toolkit release the hermetic torch wheel bundles, and the glibc a lock targets
 # by default (the container's base OS) where 2.35 cannot lock the row.
 OPTIONAL_ROW_FACTS = ("megatron_bridge", "container_torch", "container_cuda", "container_cudnn", "cuda_toolkit",
-                      "glibc")
+                      "glibc", "nvidia_resiliency_ext")
 NOT_RECORDED = Fact(UNKNOWN, "not recorded for this row")
 NOT_IN_ROW = Fact(NONE, "not part of this row")
 CONTAINER_PREFIX = "nvcr.io/nvidia/nemo:"
@@ -130,6 +154,7 @@ class Release:
     container_cudnn: Fact = NOT_RECORDED
     cuda_toolkit: Fact = NOT_RECORDED  # the hermetic wheel's toolkit release, e.g. 13.0.2
     glibc: Fact = NOT_RECORDED  # default `lock --glibc` for this row; unrecorded rows use DEFAULT_GLIBC
+    nvidia_resiliency_ext: Fact = NOT_IN_ROW  # pinned by Megatron-Bridge rows (upstream's uv.lock)
     nemo: str | None = None  # the NeMo tag of a NeMo row
     notes: tuple[Note, ...] = ()
     prefer: str | None = None
@@ -148,6 +173,8 @@ class Release:
     exclude_newer_package: tuple[PackageCutoff, ...] = ()
     # fields the matrix file wrote (an optional fact left out is not part of the lock's inputs)
     recorded: frozenset[str] = frozenset(ROW_FACTS)
+    # upstream's own lock of this release (Megatron-Bridge's uv.lock at the tag): the lock's fidelity target
+    upstream_lock: UpstreamLock | None = None
 
     @classmethod
     def from_facts(cls, name: str, facts: dict[str, Fact], **kw: Any) -> Release:
@@ -167,6 +194,19 @@ class Release:
             raise KeyError(name)
         value: Fact = getattr(self, name)
         return value
+
+    @property
+    def status(self) -> str:
+        """The row's weakest fact status: derived when any fact is unconfirmed by a published table,
+        verified when every fact is, else curated (typed in by hand)."""
+        statuses = {f.status for f in self.facts.values()}
+        if DERIVED in statuses:
+            return DERIVED
+        return VERIFIED if statuses == {VERIFIED} else CURATED
+
+    def unconfirmed(self) -> list[str]:
+        """Fields derived from the release's artifacts that no published table confirms."""
+        return [k for k, f in self.facts.items() if f.status == DERIVED and f.value not in (UNKNOWN, NONE)]
 
     @property
     def default_glibc(self) -> Fact:
@@ -360,8 +400,13 @@ class Matrix:
 
     def find_row(self, name: str | None = None, nemo: str | None = None, release: str | None = None,
                  mbridge: str | None = None) -> Release | None:
-        """The row matching the one key given. A release or Megatron-Bridge version shipped by
-        several rows resolves to the first (the one the container holds)."""
+        """The row matching the one key given. A release shipped by several rows resolves to the row
+        keyed by it (26.02: the Megatron-Bridge 0.3.0 row, not NeMo v2.7.0 of the same container), else
+        the first; a Megatron-Bridge version to the first row pinning it."""
+        if release is not None:
+            for r in self.releases:
+                if r.nemo is None and r.name == release:
+                    return r
         for r in self.releases:
             if name is not None and r.name == name:
                 return r

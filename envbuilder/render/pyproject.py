@@ -139,8 +139,11 @@ def render_pyproject(res: Resolution, matrix: Matrix, constraints: list[str] | N
     uv["environments"] = _array(ENVIRONMENTS, multiline=False)
     if stage2:
         uv["no-build-isolation-package"] = _array(sorted(p.name for p in stage2))
-    if constraints:
-        uv["constraint-dependencies"] = _array(sorted(constraints))
+    # upstream's locked versions (Megatron-Bridge rows), except where a platform fix constrains the package
+    fixed = {_bare_name(c) for c in constraints or []}
+    upstream = [c for c in (res.upstream.constraints if res.upstream else ()) if _bare_name(c) not in fixed]
+    if constraints or upstream:
+        uv["constraint-dependencies"] = _array(sorted([*(constraints or []), *upstream]))
     # packages never installed: what the base already has (NGC's torch stack, the interpreter's torch and what
     # ships with it) and what the row drops; one list, so neither mode loses the row's drops
     kept: list[str] = []

@@ -21,6 +21,8 @@ COMPONENTS: tuple[Component, ...] = (
     Component("megatron-bridge", "megatron_bridge", 1, "https://github.com/NVIDIA-NeMo/Megatron-Bridge.git",
               "v{version}"),
     Component("nemo-run", "nemo_run", 1, "https://github.com/NVIDIA/NeMo-Run.git", "v{version}"),
+    # Megatron-Bridge rows pin it (upstream's uv.lock); NeMo rows leave it to their dependencies
+    Component("nvidia-resiliency-ext", "nvidia_resiliency_ext", 1),
     # NeMo 2.x constrains the `lightning` distribution (not `pytorch-lightning`)
     Component("lightning", "lightning", 1),
     # transformer-engine expands into its explicit parts (see te_parts)
@@ -32,7 +34,8 @@ COMPONENTS: tuple[Component, ...] = (
 
 BY_NAME = {c.name: c for c in COMPONENTS}
 ALIASES = {"nemo": "nemo-toolkit", "mbridge": "megatron-bridge", "te": "transformer-engine",
-           "transformer-engine-torch": "transformer-engine", "flash-attention": "flash-attn"}
+           "nvrx": "nvidia-resiliency-ext", "transformer-engine-torch": "transformer-engine",
+           "flash-attention": "flash-attn"}
 
 
 def canonical(name: str) -> str:

@@ -22,6 +22,7 @@ from envbuilder.matrix.stacks import Stack, row_stacks
 from envbuilder.resolve.components import BY_NAME, COMPONENTS, Component, te_parts
 from envbuilder.resolve.prebuilt import SOURCE_BUILD_POLICIES, prefer_prebuilt
 from envbuilder.resolve.request import ResolveRequest
+from envbuilder.resolve.upstream import UpstreamPins, upstream_pins
 
 PYTHON_CANDIDATES = ("3.10", "3.11", "3.12", "3.13")
 
@@ -69,6 +70,8 @@ class Resolution:
     override_dependencies: tuple[str, ...] = ()
     # per-package exclude-newer exceptions from the row: (package, RFC 3339 date)
     exclude_newer_package: tuple[tuple[str, str], ...] = ()
+    # upstream's locked versions this lock pins (Megatron-Bridge rows), and why the others are not
+    upstream: UpstreamPins | None = None
 
     def stage(self, n: int) -> list[Pin]:
         return [p for _, p in sorted(self.pins.items()) if p.stage == n]
@@ -551,6 +554,15 @@ def resolve(matrix: Matrix, req: ResolveRequest) -> Resolution:
         provenance[c.package] = f"{_prov(row, 'exclude_newer_package')} ({c.value})"
         notes.append(Note("info", f"{c.package} may be newer than the row's cutoff (up to {c.value}): {c.text}",
                           c.source))
+    cutoffs = {"*": str(row.exclude_newer.value), **{c.package: c.value for c in row.exclude_newer_package}}
+    upstream = upstream_pins(row, set(pins) | set(omitted) | {n for n, _ in req.overrides}, cutoffs)
+    if upstream is not None:
+        provenance["upstream-lock"] = (f"{_prov(row, 'upstream_lock')} ({upstream.target}: {len(upstream.constraints)} "
+                                       "versions pinned as constraints)")
+    if row.unconfirmed():
+        warnings.append(f"{row.label} is derived from its release's own artifacts: {len(row.unconfirmed())} of its "
+                        f"facts no published table confirms ({', '.join(row.unconfirmed())}); "
+                        f"see `envbuilder matrix show {row_option(row)}`")
 
     return Resolution(
         row=row.name, mode=req.mode, source=req.source, python=python, requires_python=requires_python,
@@ -565,4 +577,5 @@ def resolve(matrix: Matrix, req: ResolveRequest) -> Resolution:
         dropped=tuple(sorted(d.package for d in row.drop_packages)), prebuilt=prebuilt,
         host_torch=req.host_torch, override_dependencies=forced,
         exclude_newer_package=tuple(sorted((c.package, c.value) for c in row.exclude_newer_package)),
+        upstream=upstream,
     )

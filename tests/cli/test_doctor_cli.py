@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from importlib.metadata import version
@@ -121,8 +122,9 @@ def test_rows_wired_to_matrix_with_driver_floor(tmp_path: Path, gpu_matrices: Pa
         pytest.skip("matrices/nemo.toml has no CUDA rows yet")
     d = tmp_path / "m"
     d.mkdir()
-    for name in ("nemo.toml", "smoke.toml", "gpus.toml"):
+    for name in ("nemo.toml", "mbridge.toml", "smoke.toml", "gpus.toml"):
         (d / name).write_text((gpu_matrices / name).read_text() if name == "gpus.toml" else (real / name).read_text())
+    shutil.copytree(real / "upstream", d / "upstream")  # the upstream locks the Megatron-Bridge rows cite
     cudas = sorted({str(r.cuda.value) for r in rows})
     (d / "cuda.toml").write_text("schema = 1\n" + "".join(
         f'[[release]]\ncuda = "{c}"\nversion = "{c}.0"\nlabel = "{c} GA"\n'

@@ -141,7 +141,27 @@ def test_release_2604_locks_megatron_bridge_stack(tmp_path: Path) -> None:
     # with: the row's override makes uv lock the CUDA 13.1 line's cuBLAS instead
     assert "nvidia-cublas>=13.2,<13.3" in (out / "pyproject.toml").read_text()
     assert locked["nvidia-cublas"].startswith("13.2.")
-    assert record["provenance"]["nvidia-cublas"].startswith("matrix:nemo.toml#26.04.override_dependencies")
+    assert record["provenance"]["nvidia-cublas"].startswith("matrix:mbridge.toml#26.04.override_dependencies")
+    # upstream's own lock of v0.4.0 is the target: its versions are pinned, every difference has a reason
+    fidelity = record["fidelity"]
+    assert fidelity["target"] == "NVIDIA-NeMo/Megatron-Bridge:uv.lock@v0.4.0" and fidelity["percent"] >= 95.0
+    assert "unexplained" not in fidelity["by_reason"]
+    assert locked["urllib3"] == "2.6.3" and locked["colorful"] == "0.6.0a1"  # upstream's CVE fix and pre-release
+    assert (out / "uv.lock").read_bytes() == (REPO / "locks" / "26.04" / "uv.lock").read_bytes()
+
+
+def test_release_2608_is_the_derived_row_and_matches_upstream(tmp_path: Path) -> None:
+    """26.08 (Megatron-Bridge 0.6.0) has no published table: the row is derived, the lock says so."""
+    out = tmp_path / "lk"
+    proc = subprocess.run([sys.executable, "-m", "envbuilder", "lock", "--release", "26.08", "--no-detect",
+                           "-o", str(out), "--json"], capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "release 26.08 is derived from its release's own artifacts" in proc.stderr
+    assert "fidelity: " in proc.stderr and "agree with NVIDIA-NeMo/Megatron-Bridge:uv.lock@v0.6.0" in proc.stderr
+    record = json.loads(proc.stdout)["record"]
+    assert any("is derived from its release's own artifacts" in w for w in record["warnings"])
+    assert record["fidelity"]["percent"] >= 95.0 and "unexplained" not in record["fidelity"]["by_reason"]
+    assert (out / "uv.lock").read_bytes() == (REPO / "locks" / "26.08" / "uv.lock").read_bytes()
 
 
 def test_release_2606_locks_for_its_containers_glibc_by_default(tmp_path: Path) -> None:
@@ -152,7 +172,7 @@ def test_release_2606_locks_for_its_containers_glibc_by_default(tmp_path: Path) 
     assert proc.returncode == 0, proc.stderr[-3000:]
     record = json.loads(proc.stdout)["record"]
     assert record["inputs"]["glibc"] == "2.39" and record["target"]["glibc"] == "2.39"
-    assert record["provenance"]["glibc"] == "matrix:nemo.toml#26.06.glibc"
+    assert record["provenance"]["glibc"] == "matrix:mbridge.toml#26.06.glibc"
     locked = {p.name: p.version for p in read_uv_lock(out / "uv.lock")}
     assert locked["nvidia-resiliency-ext"] == "0.6.0" and locked["nvidia-cublas"].startswith("13.2.")
     # an explicit --glibc still wins, and 2.35 cannot lock this row

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -154,6 +155,7 @@ def test_cli_errors_are_one_line_with_distinct_codes(args: list[str], code: int,
 def test_cli_json_error_and_malformed_matrix(tmp_path: Path) -> None:
     for f in (REPO / "matrices").glob("*.toml"):
         (tmp_path / f.name).write_text(f.read_text())
+    shutil.copytree(REPO / "matrices" / "upstream", tmp_path / "upstream")  # the Megatron-Bridge rows' targets
     (tmp_path / "smoke.toml").write_text((tmp_path / "smoke.toml").read_text().replace('torch              = {',
                                                                                          'torch = "2.13.0"\n#{'))
     proc = _cli("lock", "--nemo", "smoke", "--no-detect", "--json", env={"ENVBUILDER_MATRICES": str(tmp_path)})

@@ -30,15 +30,15 @@ def test_snapshot_lists_what_the_matrix_lacks() -> None:
     result = refresh(m, load_snapshot(SNAPSHOT), str(SNAPSHOT))
     new = {(n.package, n.version) for n in result.new}
     assert result.behind
-    assert ("megatron-bridge", "0.6.0") in new and ("megatron-core", "0.19.0") in new
+    assert ("megatron-bridge", "0.6.2") in new and ("megatron-core", "0.19.2") in new
     # the torch and TE side tables reach the snapshot's newest releases (torch 2.15.0, TE 2.20.2)
     assert not [v for p, v in new if p in ("torch", "transformer-engine")]
-    # what the matrix has is never listed (26.06 pins megatron-bridge 0.5.0, TE 2.16.0, torch 2.12.0)
-    assert not {("megatron-bridge", "0.5.0"), ("transformer-engine", "2.16.0"), ("torch", "2.12.0")} & new
+    # what the matrix has is never listed (26.08 pins megatron-bridge 0.6.0, megatron-core 0.19.0)
+    assert not {("megatron-bridge", "0.6.0"), ("megatron-core", "0.19.0"), ("torch", "2.13.0")} & new
     # pre-releases and dev builds are not releases to add rows for
     assert not [v for p, v in new if p == "megatron-core" and ("rc" in v or "dev" in v)]
     draft = result.draft
-    assert 'megatron_bridge    = { value = "0.6.0"' in draft and "unverified" in draft
+    assert 'megatron_bridge    = { value = "0.6.2"' in draft and "unverified" in draft
 
 
 def test_up_to_date_snapshot_is_not_behind() -> None:

@@ -26,9 +26,16 @@ def test_real_matrix_loads_and_covers_2x_releases(repo_root: Path) -> None:
     assert all(r.name == r.nemo and r.name.startswith("v2.") for r in nemo_rows)
     # rows built around Megatron-Bridge are keyed by release; each names its container and version
     bridge = [r for r in m.releases if not r.test_only and r.nemo is None]
-    assert [r.name for r in bridge][:1] == ["26.04"]
+    assert [r.name for r in bridge] == ["26.02", "26.02.01", "26.04", "26.04.01", "26.06", "26.06.01", "26.08"]
     for r in bridge:
         assert r.release == r.name and r.megatron_bridge.known and not r.pypi_version.known
+        # derived from the release tag's artifacts: every fact says so, or that a published table confirms it
+        assert r.status == "derived" and {f.status for f in r.facts.values()} <= {"derived", "verified", "curated"}
+        assert r.upstream_lock is not None
+        assert r.upstream_lock.source.startswith("NVIDIA-NeMo/Megatron-Bridge:uv.lock@v")
+    # --release names the row keyed by it: 26.02 is the Megatron-Bridge 0.3.0 row, NeMo 2.7.0 stays --nemo v2.7.0
+    assert m.find_row(release="26.02").name == "26.02" and m.find_row(mbridge="0.3.0").name == "26.02"
+    assert m.find_row(release="25.11").name == "v2.6.0"
 
 
 def test_every_real_fact_has_a_source(repo_root: Path) -> None:

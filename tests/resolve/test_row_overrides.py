@@ -1,4 +1,5 @@
-"""Row-level fixes of upstream pins: override_dependencies (26.04 / 26.06 cuBLAS) and a row's default glibc."""
+"""Row-level fixes of upstream pins: override_dependencies (26.04 / 26.06 cuBLAS, upstream's security overrides)
+and a row's default glibc."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ else:  # pragma: no cover
 
 REPO = Path(__file__).resolve().parents[2]
 CUBLAS = "nvidia-cublas>=13.2,<13.3"
+URLLIB3 = "urllib3>=2.6.3"  # upstream's override for CVE-2026-21441, carried by every Megatron-Bridge row
 NEVER_EO = "emerging-optimizers; sys_platform == 'never'"
 # the GPU machines' Python: 3.12 with torch 2.11.0+cu130 (plain input data, what probe_torch reads)
 GPU_HOST = HostTorch("/usr/bin/python3", "3.12", "cp312", "2.11.0+cu130", "13.0", True, ("torch", "triton"))
@@ -39,10 +41,12 @@ def _uv(m: Matrix, req: ResolveRequest) -> dict:  # type: ignore[type-arg]
 def test_hermetic_lock_overrides_torchs_cublas_pin(m: Matrix, row: str) -> None:
     req = ResolveRequest(row=row, row_option="release", glibc="2.39")
     res = resolve(m, req)
-    assert res.override_dependencies == (CUBLAS,)
-    assert _uv(m, req)["override-dependencies"] == [NEVER_EO, CUBLAS]
+    assert CUBLAS in res.override_dependencies and URLLIB3 in res.override_dependencies
+    rendered = _uv(m, req)["override-dependencies"]
+    assert NEVER_EO in rendered and CUBLAS in rendered and URLLIB3 in rendered
     # provenance: the matrix field, and the reason with its source in the record's notes
-    assert res.provenance["nvidia-cublas"] == f"matrix:nemo.toml#{row}.override_dependencies ({CUBLAS})"
+    assert res.provenance["nvidia-cublas"] == f"matrix:mbridge.toml#{row}.override_dependencies ({CUBLAS})"
+    assert res.provenance["urllib3"] == f"matrix:mbridge.toml#{row}.override_dependencies ({URLLIB3})"
     note = next(n for n in res.notes if n.text.startswith("The lock overrides every pin of nvidia-cublas"))
     assert "cublasLtGroupedMatrixLayoutInit_internal" in note.text and "nm -D" in note.source
     assert not any("nvidia-cublas" in w for w in res.warnings)
@@ -69,18 +73,20 @@ def test_host_torch_cannot_override_the_interpreters_cublas_and_says_how_to_fix(
 
 def test_ngc_base_keeps_the_container_torch_drops_and_overrides(m: Matrix) -> None:
     overrides = _uv(m, ResolveRequest(row="26.04", row_option="release", mode="ngc-base"))["override-dependencies"]
-    assert overrides == ["torch; sys_platform == 'never'", "torchvision; sys_platform == 'never'",
-                         "triton; sys_platform == 'never'", NEVER_EO, CUBLAS]
+    assert overrides[:3] == ["torch; sys_platform == 'never'", "torchvision; sys_platform == 'never'",
+                             "triton; sys_platform == 'never'"]
+    assert NEVER_EO in overrides
+    assert CUBLAS in overrides and URLLIB3 in overrides
 
 
 def test_row_glibc_is_the_default_and_an_explicit_glibc_wins(m: Matrix) -> None:
     assert lock_glibc(m, "26.06", "release", None) == ("2.39", True)
     assert lock_glibc(m, "0.5.0", "mbridge", None) == ("2.39", True)
     assert lock_glibc(m, "26.06", "release", "2.35") == ("2.35", False)
-    assert lock_glibc(m, "26.04", "release", None) == ("2.35", False)  # no row glibc: the 2.35 default
-    assert lock_glibc(m, "v2.3.0", "nemo", None) == ("2.35", False)
+    assert lock_glibc(m, "26.04", "release", None) == ("2.39", True)  # derived: the container's Ubuntu 24.04
+    assert lock_glibc(m, "v2.3.0", "nemo", None) == ("2.35", False)  # no row glibc: the 2.35 default
     res = resolve(m, ResolveRequest(row="26.06", row_option="release", glibc="2.39", glibc_from_row=True))
-    assert res.glibc == "2.39" and res.provenance["glibc"] == "matrix:nemo.toml#26.06.glibc"
+    assert res.glibc == "2.39" and res.provenance["glibc"] == "matrix:mbridge.toml#26.06.glibc"
     explicit = resolve(m, ResolveRequest(row="26.06", row_option="release", glibc="2.39"))
     assert "glibc" not in explicit.provenance
 
@@ -93,13 +99,14 @@ def _matrix_copy(tmp_path: Path) -> Path:
 
 def test_loader_rejects_a_bad_override_and_a_bad_glibc(tmp_path: Path) -> None:
     d = _matrix_copy(tmp_path)
-    text = (d / "nemo.toml").read_text()
-    (d / "nemo.toml").write_text(text.replace(f'requirement = "{CUBLAS}"', 'requirement = "nvidia-cublas>>13"', 1))
+    text = (d / "mbridge.toml").read_text()
+    (d / "mbridge.toml").write_text(text.replace(f'requirement = "{CUBLAS}"', 'requirement = "nvidia-cublas>>13"', 1))
     with pytest.raises(MatrixFileError) as exc:
         load_matrix(d)
     assert "override_dependencies" in exc.value.cause and "PEP 508" in exc.value.cause
 
-    (d / "nemo.toml").write_text(text.replace('glibc              = { value = "2.39"', 'glibc = { value = "ubuntu"', 1))
+    (d / "mbridge.toml").write_text(text.replace('glibc              = { value = "2.39"', 'glibc = { value = "ubuntu"',
+                                                 1))
     with pytest.raises(MatrixFileError) as exc:
         load_matrix(d)
     assert "is not a glibc version" in exc.value.cause
@@ -145,7 +152,9 @@ def test_matrix_show_names_the_rows_glibc_and_fixes() -> None:
 
     r2606 = show("--release", "26.06")
     assert r2606["glibc"] == "2.39" and "Dockerfile.ci@v0.5.0" in r2606["sources"]["glibc"]
-    assert [o["requirement"] for o in r2606["override_dependencies"]] == [CUBLAS]
+    fixes = {o["requirement"]: o for o in r2606["override_dependencies"]}
+    assert fixes[CUBLAS]["reason"] == "row" and fixes[URLLIB3]["reason"] == "security"
+    assert "CVE-2026-21441" in fixes[URLLIB3]["text"] and fixes[URLLIB3]["status"] == "derived"
     r251 = show("--nemo", "v2.5.1")
     assert r251["glibc"] == "2.35" and r251["sources"]["glibc"].startswith("envbuilder default")
     assert sorted(c["package"] for c in r251["exclude_newer_package"]) == sorted(ONE_LOGGER)
