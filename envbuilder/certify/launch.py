@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 # Keep NVLink multicast off unless the caller set it (some shared hosts require this).
+TERM_GRACE_S = 30.0  # a timed-out worker's time to stop what it started
 _SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 
@@ -41,16 +42,24 @@ def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def worker_command(module: str, args: list[str], nproc: int, out: Path, torchrun: bool = True) -> list[str]:
+    """The worker under torch.distributed.run (nproc ranks), or as one plain process for a worker that
+    launches its own ranks (NeMo-Run's executor)."""
+    if not torchrun:
+        return [sys.executable, "-m", module, "--out", str(out), *args]
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+            "-m", module, "--out", str(out), *args]
+
+
 def run_worker(module: str, args: list[str], nproc: int, workdir: Path, name: str,
-               timeout_s: float = 300, env: dict[str, str] | None = None) -> WorkerRun:
+               timeout_s: float = 300, env: dict[str, str] | None = None, torchrun: bool = True) -> WorkerRun:
     import time
 
     workdir.mkdir(parents=True, exist_ok=True)
     out = workdir / f"{name}.json"
     log_path = workdir / f"{name}.log"
     out.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-           "-m", module, "--out", str(out), *args]
+    cmd = worker_command(module, args, nproc, out, torchrun)
     t0 = time.perf_counter()
     # own process group: on timeout the whole worker tree is killed, not just the launcher
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -59,8 +68,14 @@ def run_worker(module: str, args: list[str], nproc: int, workdir: Path, name: st
         log, _ = proc.communicate(timeout=timeout_s)
         rc = proc.returncode
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        log, _ = proc.communicate()
+        # SIGTERM first: a worker that started processes in sessions of their own (NeMo-Run's executor) stops
+        # them; SIGKILL whatever is left of the group after the grace period
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            log, _ = proc.communicate(timeout=TERM_GRACE_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            log, _ = proc.communicate()
         rc, log = 124, (log or "") + f"\n[envbuilder] timed out after {timeout_s:.0f}s"
     wall = time.perf_counter() - t0
     log_path.write_text(log)

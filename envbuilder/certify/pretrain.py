@@ -40,7 +40,7 @@ def judge_run(name: str, level: int, run: WorkerRun, extra: dict[str, Any] | Non
                 "loss_last": round(losses[-1], 4) if losses else None,
                 "steps": len(losses), "tokens_per_s": round(tps) if tps else None,
                 "wall_s": round(run.wall_s, 1), "layout": res.get("layout"),
-                **{k: res[k] for k in ("spec", "norm", "max_memory_gib", "model") if k in res}}
+                **{k: res[k] for k in ("spec", "norm", "max_memory_gib", "model", "nemo_run") if k in res}}
     measured.update(extra or {})
     return CheckResult(name, level, PASS if ok else FAIL, measured, RULE_TEXT, detail=reason, losses=losses,
                  advice=None if ok else "the tiny model did not learn: check for NaNs (bf16/kernels) and "
@@ -73,13 +73,17 @@ def mcore_pretrain(exp: Expectations, workdir: Path, steps: int) -> CheckResult:
 
 
 def nemo_smoke(exp: Expectations, workdir: Path, steps: int) -> CheckResult:
+    """NeMo 2.0's Qwen2.5 recipe, shrunk, run by NeMo-Run's LocalExecutor (envbuilder/certify/nemo_smoke.py)."""
     name = "pretrain:nemo-recipe"
-    if not exp.nemo_locked:
-        return CheckResult(name, 1, SKIPPED, None, RULE_TEXT, detail="not exercised: nemo-toolkit is not locked")
-    if not _has("nemo"):
-        return CheckResult(name, 1, FAIL, None, RULE_TEXT, advice="nemo-toolkit is locked but not installed")
+    missing = [m for m in ("nemo", "nemo_run") if not _has(m)]
+    if missing:
+        locked = exp.nemo_locked
+        advice = "nemo-toolkit is locked but not installed; fix: rebuild the environment" if locked else None
+        return CheckResult(name, 1, FAIL if locked else NOT_INSTALLED, None, RULE_TEXT,
+                     detail=f"{' and '.join(missing)} not importable", advice=advice)
+    # a plain process: NeMo-Run's executor starts the training process itself (torchrun, one task)
     run = run_worker("envbuilder.certify.nemo_smoke", [f"--steps={steps}"], 1, workdir, "nemo-recipe",
-                     timeout_s=600)
+                     timeout_s=900, torchrun=False)
     return judge_run(name, 1, run)
 
 
