@@ -251,6 +251,28 @@ def _build_env(record: LockRecord, opts: WheelsOptions, facts: TorchFacts, knob_
     return env
 
 
+_NO_GIT = """#!/bin/sh
+echo "envbuilder: git is not installed on this host; a stage-2 build ran: git $*" >&2
+exit 127
+"""
+
+
+def git_env(work: Path, cache: Path, env: dict[str, str]) -> dict[str, str]:
+    """What a package's build sees of git. GIT_CEILING_DIRECTORIES stops git at the build's own directory, so
+    a setup.py that asks git (flash-attn runs `git submodule update` unconditionally; version helpers ask for
+    the commit) never finds a repository the cache happens to sit in. Where the host has no git at all, a
+    `git` that fails like one outside a repository: flash-attn ignores that result, but a missing executable
+    ends its setup.py with FileNotFoundError."""
+    out = {"GIT_CEILING_DIRECTORIES": str(work)}
+    if shutil.which("git", path=env.get("PATH", "")) is None:
+        shim = cache / "tools" / "no-git"
+        if not (shim / "git").is_file():
+            shim.mkdir(parents=True, exist_ok=True)
+            write_atomic(shim / "git", _NO_GIT, mode=0o755)
+        out["PATH"] = f"{env.get('PATH', '')}{os.pathsep}{shim}"
+    return out
+
+
 def wheel_archs(wheel: Path, work: Path, cuda_home: Path | None) -> list[ObjectArchs]:
     d = work / "inspect"
     with zipfile.ZipFile(wheel) as zf:
@@ -371,6 +393,7 @@ def compile_package(plan: BuildPlan, ctx: BuildContext) -> PackageReport:
                  f"(arch {plan.key.arch_list}, MAX_JOBS={plan.jobs})")
     force_var = _fact_str(ctx.matrix, plan.name, "force_build_env")
     env = _build_env(ctx.record, ctx.opts, ctx.facts, plan.knobs.env, force_var, plan.jobs)
+    env.update(git_env(plan.work, ctx.cache, env))
     run = run_build(ctx.facts.interpreter, plan.src, plan.work / "dist", env, plan.name, ctx.progress)
     found = wheel_archs(run.wheel, plan.work, ctx.opts.cuda_home) if plan.device_code else []
     if plan.device_code:

@@ -153,3 +153,25 @@ def test_a_tag_without_cuda_sources_is_refused(tmp_path: Path) -> None:
     src = GitSource(url=work.as_uri(), tag="v1.0", commit=commit, tree=tree, source="t", reason="t")
     with pytest.raises(GitSourceMismatchError, match="no CUDA sources either"):
         gitsource.obtain("kern", "1.0", src, tmp_path / "cache")
+
+
+def test_builds_never_see_an_outer_repository_and_run_without_git(tmp_path: Path) -> None:
+    """flash-attn 2.7.3's setup.py runs `git submodule update --init csrc/cutlass` unconditionally: inside a
+    cache that sits in some repository it must find none, and on a host without git it must get an error exit,
+    not a missing executable (FileNotFoundError ends its setup.py)."""
+    from envbuilder.kernels.pipeline import git_env
+
+    outer, _, _ = make_repo(tmp_path / "outer", {"README": b"x"})
+    work = outer / "cache" / "build" / "flash-attn-x"
+    src = work / "src" / "flash_attn-2.7.3"
+    src.mkdir(parents=True)
+    env = {**os.environ, **git_env(work, outer / "cache", dict(os.environ))}
+    found = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=src, env=env, capture_output=True, text=True)
+    assert found.returncode != 0 and "not a git repository" in found.stderr
+    plain = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=src, capture_output=True, text=True)
+    assert plain.stdout.strip() == str(outer)  # what the build would have seen without the ceiling
+    no_git = {"PATH": "/nonexistent"}
+    shimmed = git_env(work, tmp_path / "cache", no_git)
+    run = subprocess.run(["git", "submodule", "update", "--init", "csrc/cutlass"], cwd=src, capture_output=True,
+                         text=True, env={**shimmed, "PATH": shimmed["PATH"] + ":/bin:/usr/bin"})
+    assert run.returncode == 127 and "git is not installed" in run.stderr
