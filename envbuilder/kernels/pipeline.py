@@ -207,23 +207,32 @@ def _choose_torch(opts: WheelsOptions, lockdir: Path, record: LockRecord, cache:
     return sync_stage1_venv(lockdir, record, venv, progress, opts.ca_bundle, skip=to_build)
 
 
-_CUDNN_HEADERS = r"""
+# the CUDA *library* headers of the interpreter's NVIDIA wheels (cudnn, cublas, cusparse, cusolver, curand, cufft,
+# nccl, nvtx ...); the toolkit's own parts (runtime, nvrtc, cupti, nvcc, cccl, the cu13 bundle) are left to the
+# toolkit, whose -I comes first anyway
+_WHEEL_HEADERS = r"""
 import json, os, sys
+skip = {"cuda_runtime", "cuda_nvrtc", "cuda_cupti", "cuda_nvcc", "cuda_cccl", "cu13"}
 found = []
 for entry in sys.path:
-    d = os.path.join(entry, "nvidia", "cudnn", "include")
-    if os.path.isfile(os.path.join(d, "cudnn.h")) and d not in found:
-        found.append(d)
+    top = os.path.join(entry, "nvidia")
+    if not os.path.isdir(top):
+        continue
+    for name in sorted(os.listdir(top)):
+        d = os.path.join(top, name, "include")
+        if name not in skip and os.path.isdir(d) and any(f.endswith(".h") for f in os.listdir(d)) and d not in found:
+            found.append(d)
 print(json.dumps(found))
 """
 
 
-def cudnn_include_dirs(interpreter: str) -> list[str]:
-    """cuDNN headers of the build interpreter's nvidia-cudnn wheel. transformer-engine-torch includes
-    cudnn.h but, when a CUDA toolkit is installed, adds only the toolkit's include directory, which has no
-    cuDNN unless the OS package is there (NGC images have it; a toolkit beside pip's torch does not)."""
+def wheel_include_dirs(interpreter: str) -> list[str]:
+    """Library headers of the build interpreter's NVIDIA wheels, the very versions torch links.
+    transformer-engine-torch includes cudnn.h, and every extension that includes ATen/cuda/CUDAContext.h needs
+    cublas_v2.h, cusparse.h and cusolverDn.h; a full CUDA toolkit has them (NGC images, /usr/local/cuda), the
+    compiler-only toolkit envbuilder assembles (kernels/toolkit.py) and a toolkit beside pip's torch do not."""
     try:
-        out = subprocess.run([interpreter, "-c", _CUDNN_HEADERS], capture_output=True, text=True, timeout=60)
+        out = subprocess.run([interpreter, "-c", _WHEEL_HEADERS], capture_output=True, text=True, timeout=60)
         return [str(d) for d in json.loads(out.stdout.strip() or "[]")]
     except (OSError, ValueError, subprocess.TimeoutExpired):
         return []
@@ -244,7 +253,7 @@ def _build_env(record: LockRecord, opts: WheelsOptions, facts: TorchFacts, knob_
     bindir = str(Path(facts.interpreter).parent)
     env["PATH"] = f"{bindir}{os.pathsep}{env.get('PATH', '')}"  # the venv's ninja, cmake
     for var in ("CPLUS_INCLUDE_PATH", "C_INCLUDE_PATH"):  # after every -I: the toolkit's headers still win
-        dirs = [d for d in env.get(var, "").split(os.pathsep) if d] + cudnn_include_dirs(facts.interpreter)
+        dirs = [d for d in env.get(var, "").split(os.pathsep) if d] + wheel_include_dirs(facts.interpreter)
         if dirs:
             env[var] = os.pathsep.join(dict.fromkeys(dirs))
     env.setdefault("SOURCE_DATE_EPOCH", str(record.source_date_epoch or 315532800))

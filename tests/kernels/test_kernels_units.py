@@ -201,20 +201,25 @@ def test_kernel_error_codes_in_their_range_and_distinct() -> None:
     assert len(ours) == 10
 
 
-def test_cudnn_headers_of_the_build_interpreter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """An nvidia-cudnn wheel's include dir (found on the interpreter's sys.path) reaches the compiler's
-    CPLUS_INCLUDE_PATH, after what the user set; nothing is added when there is none."""
+def test_library_headers_of_the_build_interpreters_nvidia_wheels(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The include dirs of the interpreter's NVIDIA library wheels (cudnn, cusparse: ATen/cuda/CUDAContext.h needs
+    it) reach the compiler's CPLUS_INCLUDE_PATH, after what the user set; the toolkit's own parts (cuda_runtime)
+    are left to the toolkit; nothing is added when there is none."""
     import sys
 
-    from envbuilder.kernels.pipeline import cudnn_include_dirs
+    from envbuilder.kernels.pipeline import wheel_include_dirs
 
-    inc = tmp_path / "site" / "nvidia" / "cudnn" / "include"
-    inc.mkdir(parents=True)
-    assert cudnn_include_dirs(sys.executable) == [] or all("cudnn" in d for d in cudnn_include_dirs(sys.executable))
-    (inc / "cudnn.h").write_text("/* header */\n")
+    site = tmp_path / "site" / "nvidia"
+    for name, header in (("cudnn", "cudnn.h"), ("cusparse", "cusparse.h"), ("cuda_runtime", "cuda_runtime.h")):
+        (site / name / "include").mkdir(parents=True)
+        (site / name / "include" / header).write_text("/* header */\n")
+    (site / "cublas" / "include").mkdir(parents=True)  # no header in it: not added
     monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
-    assert str(inc) in cudnn_include_dirs(sys.executable)
-    assert cudnn_include_dirs(str(tmp_path / "no-python")) == []
+    got = wheel_include_dirs(sys.executable)
+    assert str(site / "cudnn" / "include") in got and str(site / "cusparse" / "include") in got
+    assert str(site / "cuda_runtime" / "include") not in got and str(site / "cublas" / "include") not in got
+    assert wheel_include_dirs(str(tmp_path / "no-python")) == []
 
 
 def test_parallel_builds_share_the_cores_and_keep_the_order(monkeypatch: pytest.MonkeyPatch) -> None:
