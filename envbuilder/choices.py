@@ -7,13 +7,56 @@ other way round. Base layer: imported by every stage, imports nothing of envbuil
 
 from __future__ import annotations
 
-#: lock/build: how the environment is assembled. hermetic = everything from the lock on a CUDA
-#: base; ngc-base = on top of the row's NGC container, keeping its torch.
-MODES = ("hermetic", "ngc-base")
-DEFAULT_MODE = "hermetic"
-#: lock also: host-torch = on top of an existing interpreter that has torch (lock --interpreter),
-#: installed with `envbuilder install --system-site-packages`; no image is built from it
-LOCK_MODES = (*MODES, "host-torch")
+from enum import Enum
+
+
+class LockMode(str, Enum):
+    """How the environment is assembled, with what that means for each stage (a property per question, so no
+    stage compares the spelling). The value is the spelling in the CLI, the lock record and the image label."""
+
+    HERMETIC = "hermetic"       # everything from the lock (torch included) on a CUDA base image
+    NGC_BASE = "ngc-base"       # on top of the row's NGC PyTorch container, keeping its torch and CUDA
+    HOST_TORCH = "host-torch"   # on top of an existing interpreter that has torch (lock --interpreter); no image
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+    @classmethod
+    def parse(cls, value: str) -> LockMode:
+        """The mode spelled `value`; ValueError naming the spellings when it is none."""
+        try:
+            return cls(value)
+        except ValueError:
+            raise ValueError(f"{value!r} is not a mode ({', '.join(m.value for m in cls)})") from None
+
+    @property
+    def torch_from_lock(self) -> bool:
+        """The lock installs torch (from PyPI or the PyTorch index); the other modes keep the base's."""
+        return self is LockMode.HERMETIC
+
+    @property
+    def on_container(self) -> bool:
+        """Stage 1 and 2 run on the row's NGC container: its CUDA, its torch, its stack's driver floor."""
+        return self is LockMode.NGC_BASE
+
+    @property
+    def on_interpreter(self) -> bool:
+        """Installed into a venv over an interpreter that has torch (`install --system-site-packages`)."""
+        return self is LockMode.HOST_TORCH
+
+    @property
+    def builds_image(self) -> bool:
+        return self is not LockMode.HOST_TORCH
+
+
+#: lock/build: how the environment is assembled (the modes an image is built in)
+MODES = tuple(m.value for m in LockMode if m.builds_image)
+DEFAULT_MODE = LockMode.HERMETIC.value
+#: lock also: host-torch, installed with `envbuilder install --system-site-packages`; no image is built from it
+LOCK_MODES = tuple(m.value for m in LockMode)
 
 #: lock: the options that name a matrix row (--nemo TAG, --release 26.04, --mbridge VERSION); the lock record's
 #: inputs keep the row under the one that was used

@@ -15,7 +15,7 @@ from envbuilder.audit.database import AdvisorySource, Lookup
 from envbuilder.audit.osv import Advisory
 from envbuilder.audit.report import AuditReport, Finding, finding_sort_key
 from envbuilder.audit.severity import Threshold
-from envbuilder.lock.record import LockRecord
+from envbuilder.lock.lockdir import open_lockdir
 from envbuilder.lock.uvlock import read_uv_lock
 
 Progress = Callable[[str], None]
@@ -42,7 +42,7 @@ def locked_packages(lockdir: Path) -> list[tuple[str, str]]:
 
 
 def run_audit(opts: AuditOptions, progress: Progress = lambda _m: None) -> AuditReport:
-    record = LockRecord.from_lockdir(opts.lockdir, verify=True, verify_only=("uv.lock",))
+    record = open_lockdir(opts.lockdir, verify_only=("uv.lock",)).record
     packages = locked_packages(opts.lockdir)
     progress(f"auditing {len(packages)} locked package version(s) of {record.row} "
              f"(lock {record.lock_sha256[:12]})")

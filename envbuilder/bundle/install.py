@@ -26,14 +26,14 @@ from packaging.utils import canonicalize_name
 from envbuilder.atomic import guard_output_dir, promote_dir, staging_dir, write_atomic
 from envbuilder.bundle.parts import PARTS_INDEX, extract_parts, read_index, verify_parts
 from envbuilder.bundle.pipeline import MANIFEST
-from envbuilder.bundle.plan import export_requirements
 from envbuilder.errors import BundleInvalidError, BundlePartMissingError, InvalidOptionError, OfflineInstallError
 from envbuilder.host.torchprobe import RecordedTorch, probe_torch
 from envbuilder.jsonread import Fields
 from envbuilder.kernels import WHEELHOUSE_RECORD, read_wheelhouse
 from envbuilder.kernels.files import verify
 from envbuilder.kernels.torchenv import check_host_torch
-from envbuilder.lock.record import read_record
+from envbuilder.lock.installset import export_requirements
+from envbuilder.lock.lockdir import open_lockdir
 from envbuilder.lock.uvrun import uv_binary, uv_env
 
 Progress = Callable[[str], None]
@@ -85,7 +85,7 @@ def verify_tree(tree: Path) -> dict[str, Any]:
                                      "copy the whole bundle directory again", missing=missing)
     for rel, entry in sorted(files.items()):
         verify(tree / rel, entry["sha256"], f"bundle file {rel}")
-    read_record(tree / "lock")  # the lock's own hashes (pyproject, uv.lock, lock-dir wheels)
+    open_lockdir(tree / "lock")  # the lock's own hashes (pyproject, uv.lock, lock-dir wheels)
     return manifest
 
 

@@ -29,7 +29,8 @@ from envbuilder.bundle.plan import LOCK_FILES, PlannedFile, plan_files
 from envbuilder.bundle.prebuild import Prebuilt, prebuild
 from envbuilder.kernels import WHEELHOUSE_RECORD, gitsource, read_wheelhouse
 from envbuilder.kernels.files import cache_root, fetch, link_or_copy, verify
-from envbuilder.lock.record import read_record, sha256_file
+from envbuilder.lock.lockdir import open_lockdir
+from envbuilder.lock.record import sha256_file
 
 Progress = Callable[[str], None]
 MANIFEST = "envbuilder-bundle.json"
@@ -115,7 +116,7 @@ def _prebuild_all(planned: list[PlannedFile], fetched: dict[str, Path], stage2: 
 def make_bundle(opts: BundleOptions, progress: Progress = lambda _: None) -> BundleResult:
     t0 = time.monotonic()
     lockdir = Path(opts.lockdir)
-    record = read_record(lockdir)
+    record = open_lockdir(lockdir).record
     out = guard_output_dir(Path(opts.output), _is_bundle, "an envbuilder bundle")
     python, glibc = str(record.target.python), str(record.target.glibc or "2.35")
     stage2 = list(record.stage2_packages)

@@ -7,7 +7,6 @@ target's torch/CUDA/ABI/driver/arch facts, and GPU datasheet rates for the GEMM 
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,53 +15,21 @@ from envbuilder.canonical import sha256_file
 from envbuilder.certify.certificate import Artifact
 from envbuilder.certify.expect import DatasheetRate, Expectations, ExpectedTarget, normalize
 from envbuilder.errors import LockDirError
+from envbuilder.lock.lockdir import COPIED_OUT, LockDir, open_lockdir
 from envbuilder.lock.record import RECORD_NAME, LockRecord
 from envbuilder.matrix import load_matrix
 
 
-def _marker_env(python: str) -> dict[str, str]:
-    major_minor = ".".join(python.split(".")[:2])
-    return {"python_version": major_minor, "python_full_version": f"{major_minor}.0",
-            "sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64",
-            "os_name": "posix", "implementation_name": "cpython", "platform_python_implementation": "CPython",
-            "platform_release": "", "platform_version": "", "implementation_version": f"{major_minor}.0",
-            "extra": ""}
-
-
-def installed_names(lockdir: Path, python: str, uv_bin: str) -> set[str] | None:
-    """Names uv installs on linux-x86_64 for `python` (stage 1 + the compile extra); None if uv fails."""
-    from packaging.markers import Marker
-
-    env = _marker_env(python)
-    for extra in (["--extra", "compile"], []):
-        proc = subprocess.run(
-            [uv_bin, "export", "--frozen", "--no-hashes", "--no-emit-project", "--no-header", "--no-annotate",
-             "--format", "requirements-txt", *extra, "--project", str(lockdir)],
-            capture_output=True, text=True)
-        if proc.returncode == 0:
-            break
-    else:
-        return None
-    names: set[str] = set()
-    for line in proc.stdout.splitlines():
-        line = line.strip()
-        if not line or line.startswith(("#", "-")):
-            continue
-        req, _, marker = line.partition(";")
-        name = req.split("==")[0].split(" @ ")[0].split("[")[0].strip()
-        if marker.strip() and not Marker(marker.strip()).evaluate(env):
-            continue
-        names.add(normalize(name))
-    return names
-
-
-def locked_packages(lockdir: Path, python: str, uv_bin: str) -> dict[str, str]:
+def locked_packages(lockdir: Path, python: str) -> dict[str, str]:
+    """{normalized name: version} of every package the lock installs on the target (lock.installset), the
+    versions as uv.lock pins them; the lock's own project and editable sources are not installed packages."""
+    from envbuilder.lock.installset import installed_packages
     from envbuilder.lock.uvlock import read_uv_lock
 
     pkgs = {normalize(p.name): p.version for p in read_uv_lock(lockdir / "uv.lock")
             if p.version and not ({"virtual", "editable"} & set(p.source))}
-    names = installed_names(lockdir, python, uv_bin)
-    return {n: v for n, v in pkgs.items() if names is None or n in names}
+    names = {normalize(r.name) for r in installed_packages(lockdir, python)}
+    return {n: v for n, v in pkgs.items() if n in names}
 
 
 def datasheet(matrices: Path) -> tuple[DatasheetRate, ...]:
@@ -88,14 +55,20 @@ def torch_cxx11_abi(matrices: Path, torch_version: str | None) -> bool | None:
 
 @dataclass(frozen=True)
 class LockBinding:
-    """What a certificate binds to: uv.lock's sha256, and the record when the directory has one."""
+    """What a certificate binds to: uv.lock's sha256, and the opened lock directory when it has a record."""
 
+    path: Path
     lock_sha256: str
-    record: LockRecord | None
+    lockdir: LockDir | None
+
+    @property
+    def record(self) -> LockRecord | None:
+        return self.lockdir.record if self.lockdir else None
 
 
 def read_lock(lockdir: Path, strict: bool = True) -> LockBinding:
-    """The lock record (hash-verified), or only uv.lock's hash for a bare uv.lock directory.
+    """The lock directory (opened and hash-verified once, through lock.lockdir), or only uv.lock's hash for a bare
+    uv.lock directory.
 
     strict=False is for a lock copied out of an image: its local wheels/ stay behind, so only
     pyproject.toml and uv.lock are checked against the record.
@@ -104,10 +77,9 @@ def read_lock(lockdir: Path, strict: bool = True) -> LockBinding:
     if not (lockdir / "uv.lock").exists():
         raise LockDirError(f"{lockdir} has no uv.lock", "pass the directory written by `envbuilder lock`")
     if (lockdir / RECORD_NAME).exists():
-        record = LockRecord.from_lockdir(lockdir, verify=True,
-                                         verify_only=None if strict else ("pyproject.toml", "uv.lock"))
-        return LockBinding(record.lock_sha256, record)
-    return LockBinding(sha256_file(lockdir / "uv.lock"), None)
+        opened = open_lockdir(lockdir, verify_only=None if strict else COPIED_OUT)
+        return LockBinding(lockdir, opened.lock_sha256, opened)
+    return LockBinding(lockdir, sha256_file(lockdir / "uv.lock"), None)
 
 
 def framework_flags(packages: dict[str, str]) -> tuple[bool, bool]:
@@ -116,13 +88,13 @@ def framework_flags(packages: dict[str, str]) -> tuple[bool, bool]:
     return "nemo-toolkit" in packages, "megatron-bridge" in packages
 
 
-def expectations_from_lock(lockdir: Path, *, uv_bin: str, matrices: Path, artifact: Artifact,
-                           python: str | None = None, strict: bool = True) -> Expectations:
-    lock = read_lock(lockdir, strict)
+def expectations_from_lock(lock: LockBinding, *, matrices: Path, artifact: Artifact,
+                           python: str | None = None) -> Expectations:
+    """What the environment is checked against, from a lock already opened and verified (read_lock)."""
     record = lock.record
     target = record.target if record else None
     py = python or (target.python if target else "") or f"{sys.version_info[0]}.{sys.version_info[1]}"
-    packages = locked_packages(Path(lockdir), py, uv_bin)
+    packages = locked_packages(lock.path, py)
     torch_v = packages.get("torch") or (target.torch if target else None)
     nemo, mbridge = framework_flags(packages)
     # what the lock asked for (--arch-list, else the default for its CUDA and host); a lock without CUDA asks none

@@ -29,7 +29,6 @@ from envbuilder.errors import (
     InvalidOptionError,
 )
 from envbuilder.paths import matrices_dir
-from envbuilder.uvbin import uv_binary
 
 Progress = Callable[[str], None]
 SBOM_NAME = "sbom.cdx.json"
@@ -180,19 +179,17 @@ def _expectations(t: Target, lock: Path | None, expect: Path | None, artifact: A
                   workdir: Path, progress: Progress) -> Expectations:
     if expect is not None:  # read here so a bad file fails before anything starts
         return load_expectations(expect).with_artifact(artifact)
-    strict = True
-    if lock is not None:
+    if lock is not None:  # opened and verified once: the label check and the expectations share it
+        binding = read_lock(lock)
         label = t.lock_label()
-        if label and label != read_lock(lock).lock_sha256:
+        if label and label != binding.lock_sha256:
             progress(f"warning: {t.ref} was built from lock {label[:12]}…, not from {lock}; expect drift failures")
     else:
         inside = t.lock_inside(workdir / "lock-from-image")
-        if inside is not None:
-            lock, strict = inside, False
-    if lock is None:
-        return expectations_without_lock(matrices=matrices_dir(), artifact=artifact)
-    return expectations_from_lock(lock, uv_bin=uv_binary(), matrices=matrices_dir(), artifact=artifact,
-                                  strict=strict)
+        if inside is None:
+            return expectations_without_lock(matrices=matrices_dir(), artifact=artifact)
+        binding = read_lock(inside, strict=False)
+    return expectations_from_lock(binding, matrices=matrices_dir(), artifact=artifact)
 
 
 def _inner_args(opts: CertifyOptions, exp_path: str, out_path: str) -> list[str]:

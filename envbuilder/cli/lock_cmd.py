@@ -15,6 +15,7 @@ from envbuilder.choices import (
     LOCK_MODES,
     SOURCES,
     TORCH_INDEXES,
+    LockMode,
 )
 from envbuilder.cli.matrix_cmd import chosen_row, row_options
 from envbuilder.cli.options import arch_list_option, choice, host_options, json_option, timings_option
@@ -112,7 +113,7 @@ def lock(nemo: str | None, release: str | None, mbridge: str | None, all_rows: b
         raise click.UsageError("--python/--cuda/--torch/--set pick one row's versions: not with --all")
     matrix = load_matrix()
     host = host_facts(matrix, driver=driver, gpu=gpu, sm=sm, detect=not no_detect)
-    if (interpreter is not None or host_torch_facts is not None) and mode != "host-torch":
+    if (interpreter is not None or host_torch_facts is not None) and not LockMode(mode).on_interpreter:
         raise click.UsageError("--interpreter / --host-torch-facts go with --mode host-torch")
     if interpreter is not None and host_torch_facts is not None:
         raise click.UsageError("pass --interpreter or --host-torch-facts, not both")
@@ -124,7 +125,7 @@ def lock(nemo: str | None, release: str | None, mbridge: str | None, all_rows: b
         option = option or ("release" if row is not None and row.nemo is None else "nemo")
         target_glibc, glibc_from_row = lock_glibc(matrix, tag, option, glibc)
         return ResolveRequest(row=tag, row_option=option, python=python, cuda=cuda, torch=torch,
-                              torch_index=torch_index, overrides=parse_set(sets), source=source, mode=mode,
+                              torch_index=torch_index, overrides=parse_set(sets), source=source, mode=LockMode(mode),
                               glibc=target_glibc, glibc_from_row=glibc_from_row, host=host,
                               allow_minor_compat=allow_minor_compat,
                               source_build="allow" if allow_source_build else "forbid", host_torch=host_torch,

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import click
 
 from envbuilder.atomic import write_atomic
+from envbuilder.choices import LockMode
 from envbuilder.cli.options import json_option, timings_option
 from envbuilder.console import emit_json, stderr_console, stdout_console
 from envbuilder.errors import InvalidOptionError, MatrixBehindError, NetworkError
@@ -73,8 +74,8 @@ def row_summary(matrix: Matrix, row: Release) -> dict[str, Any]:
 
     stacks = row_stacks(matrix, row)
     # min_driver: the stack `lock` installs by default (hermetic); each stack's in "stacks"
-    out["min_driver"] = stacks["hermetic"].min_driver.value
-    sources["min_driver"] = stacks["hermetic"].min_driver.source
+    out["min_driver"] = stacks[LockMode.HERMETIC].min_driver.value
+    sources["min_driver"] = stacks[LockMode.HERMETIC].min_driver.source
     # the glibc `lock` targets when --glibc is not given, and the row's fixes of upstream pins
     out["glibc"] = row.default_glibc.value
     sources["glibc"] = row.default_glibc.source

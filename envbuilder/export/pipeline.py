@@ -51,7 +51,7 @@ from envbuilder.export.formats import FORMATS, ArtifactFormat, get_format
 from envbuilder.image import registry
 from envbuilder.image.reference import is_registry_reference
 from envbuilder.lock import record as lock_record
-from envbuilder.lock.record import LockRecord
+from envbuilder.lock.lockdir import open_lockdir
 
 
 @dataclass
@@ -143,8 +143,7 @@ def check_output(path: Path) -> None:
 def provenance(info: image_source.ImageInfo, lock_dir: Path | None) -> tuple[int, str, str]:
     """(source_date_epoch, lock_sha256, row): image labels first, then the lock record, else 0/''."""
     labels = info.labels
-    # from_lockdir verifies the lock dir's file hashes
-    record = LockRecord.from_lockdir(lock_dir) if lock_dir else None
+    record = open_lockdir(lock_dir).record if lock_dir else None  # every hash the record lists, recomputed
     raw_date = labels.get(lock_record.LABEL_SOURCE_DATE) or (record.source_date_epoch if record else 0)
     try:
         epoch = int(raw_date)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from envbuilder.choices import LockMode
 from envbuilder.host.model import HostInfo, sm_key, sm_label, version_key
 from envbuilder.matrix import Matrix, Release
 from envbuilder.matrix.stacks import row_stacks
@@ -165,7 +166,7 @@ def row_needs(release: Release, matrix: Matrix) -> RowNeeds:
     min_driver = None
     if cuda is not None:
         # the hermetic stack's exact toolkit release when recorded (an update can need a newer driver)
-        fact = row_stacks(matrix, release)["hermetic"].min_driver
+        fact = row_stacks(matrix, release)[LockMode.HERMETIC].min_driver
         min_driver = str(fact.value) if fact.known else None
     kernels: list[KernelNeed] = []
     names = set(matrix.build_packages) | set(FALLBACK_MIN_SM)

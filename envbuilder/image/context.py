@@ -20,7 +20,7 @@ import shutil
 from pathlib import Path
 
 from envbuilder.errors import LockDirError
-from envbuilder.image.lockdir import LockDir
+from envbuilder.lock.lockdir import LockDir
 from envbuilder.lock.record import RECORD_NAME
 
 TOOLS_DIR = Path(__file__).resolve().parent / "tools"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from envbuilder.choices import LockMode
 from envbuilder.errors import InvalidOptionError, MatrixFileError
 from envbuilder.lock.record import LockTarget
 from envbuilder.matrix.images import UNKNOWN, load_images
@@ -29,14 +30,14 @@ def test_base_tag() -> str:
     return load_images().test_base
 
 
-def choose_bases(target: LockTarget, mode: str, base: str | None,
+def choose_bases(target: LockTarget, mode: LockMode, base: str | None,
                  images_file: Path | None = None) -> BaseChoice:
     """Pick the bases for a lock's target. `--base` overrides both builder and runtime."""
     if base:
         # digest pinned when the user gave one; python from the base if it has the right one
         # (decided later by probing the image: see pipeline.detect_python_from)
         return BaseChoice(base, base, "@sha256:" in base, "probe", "--base")
-    if mode == "ngc-base":
+    if mode.on_container:
         container = target.container or ""
         if "/pytorch:" not in container:
             raise InvalidOptionError(

@@ -15,13 +15,12 @@ from typing import Any
 from envbuilder import __version__
 from envbuilder.archlist import ArchList
 from envbuilder.atomic import write_atomic
-from envbuilder.choices import BUILD_TARGETS, DEFAULT_BUILD_TARGET
+from envbuilder.choices import BUILD_TARGETS, DEFAULT_BUILD_TARGET, LockMode
 from envbuilder.errors import BuildFailedError, InvalidOptionError, NoCudaSourcesError, SecretLeakError
 from envbuilder.image import engine, layerscan, registry
 from envbuilder.image.buildlog import BuildLog, Step
 from envbuilder.image.context import assemble
 from envbuilder.image.images import BaseChoice, choose_bases
-from envbuilder.image.lockdir import LockDir, load_lockdir
 from envbuilder.image.render import (
     RenderValues,
     default_jobs,
@@ -29,6 +28,7 @@ from envbuilder.image.render import (
 )
 from envbuilder.image.secrets import SecretSpec, check_ca_bundle, proxy_settings, secret_files
 from envbuilder.kernels import wheelhouse_for_lock
+from envbuilder.lock.lockdir import LockDir, open_lockdir
 from envbuilder.matrix.archs import check_arch_list
 from envbuilder.paths import REPO_ROOT
 from envbuilder.troubleshoot import troubleshoot
@@ -157,14 +157,18 @@ def _no_progress(event: BuildEvent) -> None:
     pass
 
 
-def _check_options(opts: BuildOptions, lock: LockDir) -> tuple[str, ArchList | None, int]:
+def _check_options(opts: BuildOptions, lock: LockDir) -> tuple[LockMode, ArchList | None, int]:
     """(mode, arch list, jobs): every flag is checked before the base-image check, which may pull gigabytes."""
-    mode = opts.mode or lock.mode
-    if mode != lock.mode:
+    mode = lock.mode
+    if opts.mode is not None and opts.mode != mode:
         raise InvalidOptionError(
-            f"--mode {mode} but the lock was made for {lock.mode} (its overrides differ: "
-            f"{'torch comes from the container' if lock.mode == 'ngc-base' else 'torch is in the lock'})",
-            f"re-lock with --mode {mode}, or build without --mode")
+            f"--mode {opts.mode} but the lock was made for {mode} (its overrides differ: "
+            f"{'torch is in the lock' if mode.torch_from_lock else 'torch comes from the base'})",
+            f"re-lock with --mode {opts.mode}, or build without --mode")
+    if not mode.builds_image:
+        raise InvalidOptionError(f"{lock.path} is a --mode {mode} lock: it installs into an existing interpreter, "
+                                 "not an image", "install it with: envbuilder bundle, then envbuilder install "
+                                 "--system-site-packages (or re-lock with --mode hermetic or ngc-base)")
     if opts.target not in TARGETS:
         raise InvalidOptionError(f"--target {opts.target!r}", "use stage1, builder or runtime")
     if lock.record.kernel_less and opts.target != "stage1":
@@ -260,7 +264,7 @@ def _git_sources(opts: BuildOptions, lock: LockDir, prebuilt: set[str], progress
 def build_image(opts: BuildOptions, progress: BuildProgress = _no_progress) -> BuildResult:
     """Build a lock directory into an image. Reports through `progress`; prints nothing itself."""
     t0 = time.monotonic()
-    lock = load_lockdir(opts.lockdir)
+    lock = open_lockdir(opts.lockdir)
     mode, archs, jobs = _check_options(opts, lock)
     if opts.push:  # a bad --push fails before the build, not after an hour of it
         registry.push_target(opts.push, "latest")

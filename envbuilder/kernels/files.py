@@ -18,8 +18,8 @@ import urllib.request
 from pathlib import Path
 
 from envbuilder.errors import HashMismatchError, NetworkError
-from envbuilder.kernels.lockfiles import LockedFile
 from envbuilder.lock.record import sha256_file
+from envbuilder.lock.uvlock import LockedFile
 
 
 def cache_root(override: Path | None = None) -> Path:

@@ -30,7 +30,6 @@ from envbuilder.kernels.archs import ArchList, ObjectArchs, check_archs, find_cu
 from envbuilder.kernels.build import run_build
 from envbuilder.kernels.cache import BuildKey
 from envbuilder.kernels.files import cache_root, fetch, link_or_copy
-from envbuilder.kernels.lockfiles import LockedFiles, by_name, read_locked_files
 from envbuilder.kernels.packages import ArchKnobs, arch_knobs, default_jobs
 from envbuilder.kernels.patch import GencodePatch, patch_sdist_tree
 from envbuilder.kernels.toolkit import Toolkit, toolkit_for
@@ -44,8 +43,10 @@ from envbuilder.kernels.torchenv import (
 from envbuilder.kernels.wheelfile import add_local_version, local_tag
 from envbuilder.kernels.wheelhouse import WHEELHOUSE_RECORD, Wheelhouse, WheelRecord, read_wheelhouse
 from envbuilder.lock.kernel_sources import require_cuda_sources
-from envbuilder.lock.record import LockRecord, read_record
+from envbuilder.lock.lockdir import open_lockdir
+from envbuilder.lock.record import LockRecord
 from envbuilder.lock.sdist import read_sdist
+from envbuilder.lock.uvlock import LockedPackage, by_name, read_uv_lock
 from envbuilder.matrix.archs import check_arch_list
 from envbuilder.matrix.model import Matrix
 
@@ -163,7 +164,7 @@ def wheelhouse_for_lock(path: Path, lock_sha256: str, torch: str | None) -> tupl
     return wh.verified_wheels(path), wh.names
 
 
-def _sdist_for(name: str, files: LockedFiles, opts: WheelsOptions, cache: Path, progress: Progress,
+def _sdist_for(name: str, files: LockedPackage, opts: WheelsOptions, cache: Path, progress: Progress,
                record: LockRecord) -> tuple[Path, str]:
     """The source to build and its sha256 (the cache key's): the locked sdist, or for a pin the record builds
     from its git tag, the tag's files packed deterministically (gittree.pack), their tree recomputed."""
@@ -333,7 +334,7 @@ class BuildPlan:
         return "skipped: the sdist has no CUDA sources (C++ extension only)"
 
 
-def build_one(name: str, files: LockedFiles, ctx: BuildContext) -> PackageReport:
+def build_one(name: str, files: LockedPackage, ctx: BuildContext) -> PackageReport:
     """Plan the package, then take its wheel from the cache or compile it. The build directory is kept
     for inspection when anything fails."""
     t0 = time.monotonic()
@@ -354,7 +355,7 @@ def build_one(name: str, files: LockedFiles, ctx: BuildContext) -> PackageReport
             ctx.progress(f"  {name}: build directory kept for inspection: {work}")
 
 
-def plan_build(name: str, files: LockedFiles, ctx: BuildContext, work: Path) -> BuildPlan:
+def plan_build(name: str, files: LockedPackage, ctx: BuildContext, work: Path) -> BuildPlan:
     """Fetch and unpack the sdist, count its CUDA sources, set its arch knobs (or patch literal gencodes),
     and work out the cache key."""
     sdist, sdist_sha = _sdist_for(name, files, ctx.opts, ctx.cache, ctx.progress, ctx.record)
@@ -424,7 +425,7 @@ def compile_package(plan: BuildPlan, ctx: BuildContext) -> PackageReport:
                          run.peak_rss_mb)
 
 
-def _build_all(to_build: list[tuple[str, LockedFiles]], ctx: BuildContext) -> list[PackageReport]:
+def _build_all(to_build: list[tuple[str, LockedPackage]], ctx: BuildContext) -> list[PackageReport]:
     """Every package, `opts.parallel` at a time. Parallel builds split the default MAX_JOBS among them: one
     package's compile is often a single long nvcc (causal-conv1d's backward kernel), so running packages side
     by side is what shortens the whole. Reports keep the lock's order; the first failure is raised after the
@@ -433,7 +434,7 @@ def _build_all(to_build: list[tuple[str, LockedFiles]], ctx: BuildContext) -> li
     if width == 1:
         return [build_one(n, f, ctx) for n, f in to_build]
 
-    def one(name: str, files: LockedFiles) -> PackageReport:
+    def one(name: str, files: LockedPackage) -> PackageReport:
         own = replace(ctx.opts, jobs=ctx.opts.jobs or max(1, default_jobs(name) // width))
         return build_one(name, files, replace(ctx, opts=own))
 
@@ -446,7 +447,7 @@ def _build_all(to_build: list[tuple[str, LockedFiles]], ctx: BuildContext) -> li
 def run_wheels(opts: WheelsOptions, matrix: Matrix | None, progress: Progress = lambda _: None) -> WheelsResult:
     t0 = time.monotonic()
     lockdir = Path(opts.lockdir)
-    record = read_record(lockdir)
+    record = open_lockdir(lockdir).record
     out = guard_output_dir(Path(opts.output), lambda d: (d / WHEELHOUSE_RECORD).is_file(), "an envbuilder wheelhouse")
     cache = cache_root(opts.cache_dir)
     archs = check_arch_list(opts.arch_list or record.arch_list(), record.target.cuda)
@@ -472,7 +473,7 @@ def run_wheels(opts: WheelsOptions, matrix: Matrix | None, progress: Progress = 
 
 
 def _packages_to_build(lockdir: Path, record: LockRecord, subset: list[str], progress: Progress
-                       ) -> list[tuple[str, LockedFiles]]:
+                       ) -> list[tuple[str, LockedPackage]]:
     """The lock's stage-2 packages (or the --package subset) that uv.lock names as sdists."""
     stage2 = list(record.stage2_packages)
     if subset:
@@ -481,14 +482,14 @@ def _packages_to_build(lockdir: Path, record: LockRecord, subset: list[str], pro
             raise InvalidOptionError(f"--package {', '.join(unknown)}: not a stage-2 package of this lock "
                                      f"({', '.join(stage2) or 'none'})", "name stage-2 packages only")
         stage2 = [p for p in stage2 if p in subset]
-    locked = by_name(read_locked_files(lockdir / "uv.lock"))
+    locked = by_name(read_uv_lock(lockdir / "uv.lock"))
     to_build = []
     for name in stage2:
         files = locked.get(name)
         if files is None:
             raise LockDirError(f"{name} is a stage-2 package of the record but not in uv.lock",
                                "re-run envbuilder lock")
-        if files.sdist is None and files.wheels:
+        if files.sdist is None and files.wheel_files:
             progress(f"{name} {files.version}: a wheel on the index, nothing to build")
             continue
         to_build.append((name, files))

@@ -29,7 +29,7 @@ from pathlib import Path
 from envbuilder.atomic import write_atomic
 from envbuilder.errors import CudaToolkitError
 from envbuilder.kernels.files import fetch
-from envbuilder.kernels.lockfiles import LockedFile
+from envbuilder.lock.uvlock import LockedFile
 from envbuilder.matrix.model import CudaToolkit, Matrix
 
 Progress = Callable[[str], None]

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from envbuilder.lock.record import RECORD_NAME, LockRecord, read_record
+from envbuilder.lock.lockdir import LockDir, open_lockdir
+from envbuilder.lock.record import RECORD_NAME, LockRecord
 
 if TYPE_CHECKING:
     from envbuilder.lock.pipeline import LockOptions, LockResult, run_lock
 
-__all__ = ["RECORD_NAME", "LockOptions", "LockRecord", "LockResult", "read_record", "run_lock"]
+__all__ = ["RECORD_NAME", "LockDir", "LockOptions", "LockRecord", "LockResult", "open_lockdir", "run_lock"]
 _PIPELINE = ("LockOptions", "LockResult", "run_lock")
 
 

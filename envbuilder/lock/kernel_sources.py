@@ -68,19 +68,19 @@ def check_kernel_sources(res: Resolution, locked: list[LockedPackage], ca_bundle
     checked: list[KernelSourceCheck] = []
     for pin in res.stage(2):
         pkg = by_name.get(pin.name)
-        if pkg is None or pin.git_url or not pkg.from_registry or pkg.wheels or not pkg.sdist_url:
+        if pkg is None or pin.git_url or not pkg.from_registry or pkg.wheels or pkg.sdist is None:
             continue
         progress(f"checking {pin.name} {pkg.version} sdist for CUDA sources")
         try:
-            path = fetch(pkg.sdist_url, pkg.sdist_sha256, ca_bundle)
+            path = fetch(pkg.sdist.url, pkg.sdist.sha256, ca_bundle)
         except ValueError as exc:  # the bytes are not the ones uv locked
-            raise SdistFetchError(f"cannot read {pin.name} {pkg.version}'s sdist ({pkg.sdist_url}): {exc}",
+            raise SdistFetchError(f"cannot read {pin.name} {pkg.version}'s sdist ({pkg.sdist.url}): {exc}",
                                   "clear ~/.cache/envbuilder/sdists and lock again; if it persists, the index "
                                   "serves other bytes than it did") from exc
         except OSError as exc:
             # offline (lock resolved from uv's cache): say the check did not run, never pass silently
             progress(f"warning: {pin.name} {pkg.version}: sdist not checked for CUDA sources "
-                     f"(cannot download {pkg.sdist_url}: {exc}); lock again online to check it")
+                     f"(cannot download {pkg.sdist.url}: {exc}); lock again online to check it")
             continue
         contents = read_sdist(path)
         if not contents.cuda_sources and git_sources is not None and matrix is not None:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from envbuilder import __version__
 from envbuilder.archlist import ArchList
 from envbuilder.canonical import dumps, sha256_file
-from envbuilder.choices import ROW_OPTIONS
+from envbuilder.choices import ROW_OPTIONS, LockMode
 from envbuilder.errors import LockDirError, LockSchemaError, MalformedFileError
 from envbuilder.host.torchprobe import RecordedTorch
 from envbuilder.jsonread import Fields, loads_json, read_bytes
@@ -44,7 +44,7 @@ LABEL_IMAGE_ID = "io.envbuilder.image-id"
 __all__ = [
     "LABEL_IMAGE_ID", "LABEL_LOCK_SHA256", "LABEL_MODE", "LABEL_ROW", "LABEL_SOURCE_DATE", "LABEL_STAGE",
     "LABEL_VERSION", "RECORD_NAME", "SCHEMA", "GitSource", "LockRecord", "LockTarget", "PinRecord", "build_record",
-    "dumps_record", "read_record", "sha256_file", "source_date_epoch",
+    "dumps_record", "sha256_file", "source_date_epoch",
 ]
 
 
@@ -213,7 +213,7 @@ class LockRecord:
     envbuilder_version: str
     uv_version: str
     row: str
-    mode: str
+    mode: LockMode
     source: str
     inputs: LockInputs
     host: LockHost
@@ -300,6 +300,7 @@ class LockRecord:
                                   "re-lock with this envbuilder (envbuilder lock)")
         try:
             kwargs = dict(data)
+            kwargs["mode"] = _mode(data["mode"], where)
             kwargs["inputs"] = LockInputs.from_fields(Fields.of(data["inputs"], f"{where} inputs", LockDirError, _FIX))
             kwargs["host"] = LockHost.from_fields(Fields.of(data["host"], f"{where} host", LockDirError, _FIX))
             kwargs["target"] = LockTarget(**data["target"])
@@ -350,6 +351,8 @@ class LockRecord:
         if self.lock_sha256 != actual or self.files.get("uv.lock", actual) != actual:
             raise LockDirError(f"{where}: lock_sha256 {str(self.lock_sha256)[:12]}… is not the sha256 of uv.lock "
                                f"({actual[:12]}…): the record was edited", "re-run envbuilder lock")
+        from envbuilder.lock.uvlock import check_uv_lock  # lazy: readers of a record alone never parse uv.lock
+
         check_uv_lock(lock)
 
     # ---- checks ----------------------------------------------------------------------
@@ -364,34 +367,6 @@ class LockRecord:
             if sha256_file(f) != digest:
                 raise LockDirError(f"{lockdir}: {name} was changed after locking (sha256 differs from the record)",
                                    "re-run envbuilder lock instead of editing lock files by hand")
-
-
-def check_uv_lock(path: Path) -> None:
-    """uv.lock must be TOML that lists packages (a truncated file fails here, typed)."""
-    import sys
-
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover
-        import tomli as tomllib
-    fix = f"re-create it with: envbuilder lock --nemo TAG -o {path.parent}"
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise MalformedFileError(f"{path}: not valid TOML ({exc})", fix) from exc
-    pkgs = data.get("package", [])
-    if not isinstance(pkgs, list) or not all(isinstance(p, dict) and isinstance(p.get("name"), str) for p in pkgs):
-        raise MalformedFileError(f"{path}: [[package]] entries without a name", fix)
-    # a file cut at a line boundary still parses: every dependency must name a package that is there
-    names = {p["name"] for p in pkgs}
-    for p in pkgs:
-        deps = list(p.get("dependencies") or [])
-        for extra in (p.get("optional-dependencies") or {}).values():
-            deps.extend(extra)
-        for d in deps:
-            if isinstance(d, dict) and d.get("name") not in names:
-                raise MalformedFileError(f"{path}: {p['name']} depends on {d.get('name')}, which the file does "
-                                         "not list (truncated or edited?)", fix)
 
 
 def build_record(res: Resolution, req: ResolveRequest, lockdir: Path, uv_version: str,
@@ -452,10 +427,12 @@ def build_record(res: Resolution, req: ResolveRequest, lockdir: Path, uv_version
     )
 
 
+def _mode(value: object, where: str) -> LockMode:
+    try:
+        return LockMode.parse(str(value))
+    except ValueError as exc:
+        raise LockDirError(f"{where}: mode {exc}", _FIX) from exc
+
+
 def dumps_record(record: LockRecord) -> str:
     return record.to_json()
-
-
-def read_record(lockdir: Path, verify: bool = True) -> LockRecord:
-    """Load a lock directory's record; with verify, check every file hash it lists."""
-    return LockRecord.from_lockdir(lockdir, verify=verify)

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from envbuilder.errors import EnvbuilderError
+from envbuilder.errors import EnvbuilderError, MalformedFileError
 from envbuilder.lock.uvlock import read_uv_lock
 from envbuilder.lock.uvrun import run_uv_lock, uv_binary, uv_env
 
@@ -43,7 +43,7 @@ def seed_from(previous: Path, staging: Path) -> bool:
         return False
     try:
         read_uv_lock(src)  # an unreadable lock is no preference: lock from scratch instead
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+    except MalformedFileError:
         return False
     shutil.copyfile(src, Path(staging) / "uv.lock")
     return True

@@ -1,4 +1,8 @@
-"""Read a uv.lock: packages with their versions and files."""
+"""uv.lock, read once into one package model: each package's version, source, dependency edges and files.
+
+`read_uv_lock` is the only parser of uv.lock (lock, kernels, bundle, certify and audit read it here);
+`check_uv_lock` is the integrity check every lock-directory binding runs.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import functools
 import hashlib
 import json
 import sys
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +20,7 @@ from typing import Any
 from packaging.markers import InvalidMarker, Marker
 
 from envbuilder.atomic import write_atomic
+from envbuilder.errors import MalformedFileError
 from envbuilder.paths import cache_dir
 
 if sys.version_info >= (3, 11):
@@ -27,16 +33,29 @@ Edge = tuple[str, tuple[str, ...], str, str]  # (name, extras, version or "", ma
 
 
 @dataclass(frozen=True)
+class LockedFile:
+    """A file uv.lock names by URL and sha256 (an sdist or a wheel on an index)."""
+
+    url: str
+    sha256: str
+    size: int | None
+
+    @property
+    def filename(self) -> str:
+        return urllib.parse.unquote(self.url.rsplit("/", 1)[-1].split("#", 1)[0])
+
+
+@dataclass(frozen=True)
 class LockedPackage:
     name: str
     version: str
     source: dict[str, str]
-    wheels: tuple[str, ...]  # file names
+    wheels: tuple[str, ...]  # file names of every wheel (index, path or URL)
     has_sdist: bool
     dependencies: tuple[Edge, ...] = ()
     optional: dict[str, tuple[Edge, ...]] | None = None  # extra -> dependencies
-    sdist_url: str | None = None
-    sdist_sha256: str | None = None
+    sdist: LockedFile | None = None  # the sdist, when uv.lock gives its URL and sha256
+    wheel_files: tuple[LockedFile, ...] = ()  # the wheels uv.lock gives a URL and sha256 for
 
     @property
     def from_registry(self) -> bool:
@@ -44,9 +63,40 @@ class LockedPackage:
 
 
 def read_uv_lock(path: Path) -> list[LockedPackage]:
+    """Every package of a uv.lock; MalformedFileError when it is not UTF-8 TOML listing named packages."""
     # one lock run reads the same uv.lock several times (cache check, platform check, record):
     # parse each distinct text once
-    return list(_parse_uv_lock(Path(path).read_text(encoding="utf-8")))
+    fix = f"re-create it with: envbuilder lock --nemo TAG -o {Path(path).parent}"
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise MalformedFileError(f"{path}: not UTF-8 text", fix) from exc
+    try:
+        return list(_parse_uv_lock(text))
+    except tomllib.TOMLDecodeError as exc:
+        raise MalformedFileError(f"{path}: not valid TOML ({exc})", fix) from exc
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise MalformedFileError(f"{path}: [[package]] entries without a name, or of another shape ({exc})",
+                                 fix) from exc
+
+
+def by_name(packages: list[LockedPackage]) -> dict[str, LockedPackage]:
+    """{name: package}; for a name locked twice (per-platform forks) the highest key wins, deterministically."""
+    return {p.name: p for p in sorted(packages, key=lambda p: (p.name, p.version))}
+
+
+def check_uv_lock(path: Path) -> list[LockedPackage]:
+    """uv.lock must be TOML that lists named packages, and every dependency must name a package that is there:
+    a file cut at a line boundary still parses, and hashes alone cannot tell it from a good one."""
+    packages = read_uv_lock(path)
+    names = {p.name for p in packages}
+    for p in packages:
+        for dep in (*p.dependencies, *(e for deps in (p.optional or {}).values() for e in deps)):
+            if dep[0] not in names:
+                raise MalformedFileError(f"{path}: {p.name} depends on {dep[0]}, which the file does not list "
+                                         "(truncated or edited?)",
+                                         f"re-create it with: envbuilder lock --nemo TAG -o {Path(path).parent}")
+    return packages
 
 
 @functools.lru_cache(maxsize=8)
@@ -69,36 +119,51 @@ def _parse_uv_lock(text: str) -> tuple[LockedPackage, ...]:
     return out
 
 
-_PARSE_CACHE_VERSION = 2  # bump when LockedPackage or the parse changes
+_PARSE_CACHE_VERSION = 3  # bump when LockedPackage or the parse changes
 
 
 def _from_json(d: dict[str, Any]) -> LockedPackage:
     def edges(items: list[list[Any]]) -> tuple[Edge, ...]:
         return tuple((str(n), tuple(e), str(v), str(m)) for n, e, v, m in items)
 
+    def file(f: dict[str, Any]) -> LockedFile:
+        return LockedFile(str(f["url"]), str(f["sha256"]), f["size"] if isinstance(f["size"], int) else None)
+
     opt = d["optional"]
     return LockedPackage(name=d["name"], version=d["version"], source=dict(d["source"]), wheels=tuple(d["wheels"]),
                          has_sdist=bool(d["has_sdist"]), dependencies=edges(d["dependencies"]),
                          optional=None if opt is None else {k: edges(v) for k, v in opt.items()},
-                         sdist_url=d["sdist_url"], sdist_sha256=d["sdist_sha256"])
+                         sdist=file(d["sdist"]) if d["sdist"] else None,
+                         wheel_files=tuple(file(w) for w in d["wheel_files"]))
+
+
+def _file(entry: object) -> LockedFile | None:
+    """An index file (url + sha256); path and directory sources carry no URL: the lock dir holds them."""
+    if not isinstance(entry, dict):
+        return None
+    url, digest = entry.get("url"), str(entry.get("hash", ""))
+    if not url or not digest.startswith("sha256:"):
+        return None
+    size = entry.get("size")
+    return LockedFile(str(url), digest.removeprefix("sha256:"), size if isinstance(size, int) else None)
 
 
 def _parse_toml(text: str) -> tuple[LockedPackage, ...]:
     data = tomllib.loads(text)
     out = []
     for pkg in data.get("package", []):
+        if not isinstance(pkg, dict) or not isinstance(pkg.get("name"), str):
+            raise ValueError("a [[package]] entry without a name")
         wheels = tuple(w.get("url", w.get("path", w.get("filename", ""))).rsplit("/", 1)[-1]
                        for w in pkg.get("wheels", []))
         src = pkg.get("source", {})
-        sdist = pkg.get("sdist") or {}
-        sdist_hash = str(sdist.get("hash", ""))
         out.append(LockedPackage(
             name=pkg["name"], version=str(pkg.get("version", "")),
             source={k: str(v) for k, v in src.items()}, wheels=wheels, has_sdist="sdist" in pkg,
             dependencies=_edges(pkg.get("dependencies", [])),
             optional={extra: _edges(deps) for extra, deps in pkg.get("optional-dependencies", {}).items()},
-            sdist_url=str(sdist["url"]) if "url" in sdist else None,
-            sdist_sha256=sdist_hash.removeprefix("sha256:") if sdist_hash.startswith("sha256:") else None,
+            sdist=_file(pkg.get("sdist")),
+            wheel_files=tuple(f for w in pkg.get("wheels", []) if (f := _file(w)) is not None),
         ))
     return tuple(out)
 

@@ -12,14 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from envbuilder.choices import LockMode
 from envbuilder.matrix.model import UNKNOWN, Fact, Matrix, Release
-
-MODES = ("hermetic", "container")
 
 
 @dataclass(frozen=True)
 class Stack:
-    mode: str  # "hermetic" (PyPI wheels) or "container" (the NGC image)
+    mode: LockMode  # hermetic (PyPI wheels) or ngc-base (the NGC container's)
     torch: Fact
     cuda: Fact  # major.minor
     cuda_toolkit: Fact  # the exact toolkit release, e.g. 13.0.2; "unknown" when only major.minor is known
@@ -72,10 +71,11 @@ def _major_minor(toolkit: Fact) -> Fact:
     return Fact(".".join(parts[:2]), toolkit.source)
 
 
-def row_stacks(matrix: Matrix, row: Release) -> dict[str, Stack]:
-    hermetic = Stack("hermetic", row.torch, row.cuda, row.cuda_toolkit, row.cudnn,
+def row_stacks(matrix: Matrix, row: Release) -> dict[LockMode, Stack]:
+    """The stack each image-building mode installs: PyPI's (hermetic) and the NGC container's (ngc-base)."""
+    hermetic = Stack(LockMode.HERMETIC, row.torch, row.cuda, row.cuda_toolkit, row.cudnn,
                      min_driver_for(matrix, row.cuda, row.cuda_toolkit), minor_compat_floor(matrix, row.cuda))
     ccuda = _major_minor(row.container_cuda)
-    container = Stack("container", row.container_torch, ccuda, row.container_cuda, row.container_cudnn,
+    container = Stack(LockMode.NGC_BASE, row.container_torch, ccuda, row.container_cuda, row.container_cudnn,
                       min_driver_for(matrix, ccuda, row.container_cuda), minor_compat_floor(matrix, ccuda))
-    return {"hermetic": hermetic, "container": container}
+    return {LockMode.HERMETIC: hermetic, LockMode.NGC_BASE: container}

@@ -147,9 +147,9 @@ def render_pyproject(res: Resolution, matrix: Matrix, constraints: list[str] | N
     # packages never installed: what the base already has (NGC's torch stack, the interpreter's torch and what
     # ships with it) and what the row drops; one list, so neither mode loses the row's drops
     kept: list[str] = []
-    if res.mode == "ngc-base":
+    if res.mode.on_container:
         kept = list(NGC_KEEP)
-    elif res.mode == "host-torch" and res.host_torch is not None:
+    elif res.mode.on_interpreter and res.host_torch is not None:
         kept = sorted(set(res.host_torch.present) | {"torch"})
     never = [*kept, *(n for n in res.dropped if n not in kept)]
     overrides = [f"{n}; sys_platform == 'never'" for n in never]
@@ -158,7 +158,7 @@ def render_pyproject(res: Resolution, matrix: Matrix, constraints: list[str] | N
         uv["override-dependencies"] = _array(overrides)
 
     sources = tomlkit.table()
-    if res.torch_index and res.mode not in ("ngc-base", "host-torch"):
+    if res.torch_index and res.mode.torch_from_lock:
         sources["torch"] = tomlkit.inline_table()
         sources["torch"].update({"index": f"pytorch-{res.torch_variant}"})
     for pin in sorted(res.pins.values(), key=lambda p: p.name):
@@ -172,7 +172,7 @@ def render_pyproject(res: Resolution, matrix: Matrix, constraints: list[str] | N
         sources[name] = src
     if len(sources):
         uv["sources"] = sources
-    if res.torch_index and res.mode not in ("ngc-base", "host-torch"):
+    if res.torch_index and res.mode.torch_from_lock:
         index = tomlkit.aot()
         t = tomlkit.table()
         t.update({"name": f"pytorch-{res.torch_variant}", "url": res.torch_index, "explicit": True})

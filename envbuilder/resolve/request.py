@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass, field
 
 from envbuilder.archlist import ArchList
+from envbuilder.choices import LOCK_MODES, LockMode
 from envbuilder.errors import InvalidOptionError, ResolveConflictError
 from envbuilder.host.torchprobe import HostTorch
 from envbuilder.resolve.components import canonical
@@ -33,7 +34,7 @@ class ResolveRequest:
     torch_index: str = "pypi"  # "pypi" (PyPI's default variant) or "pytorch" (exact variant index)
     overrides: tuple[tuple[str, str], ...] = ()
     source: str = "pypi"
-    mode: str = "hermetic"
+    mode: LockMode = LockMode.HERMETIC  # a spelling ("ngc-base") is read into the type
     glibc: str = "2.35"
     glibc_from_row: bool = False  # glibc is the row's default (its container's base OS), not --glibc
     host: HostFacts = field(default_factory=HostFacts)
@@ -42,6 +43,13 @@ class ResolveRequest:
     source_build: str = "allow"  # "forbid": a stage-2 package without a prebuilt wheel is an error
     host_torch: HostTorch | None = None  # --mode host-torch: the interpreter's torch (probed by the CLI)
     arch_list: ArchList | None = None  # --arch-list: the GPU archs stage 2 compiles for (else the one default)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.mode, LockMode):
+            try:
+                object.__setattr__(self, "mode", LockMode.parse(str(self.mode)))
+            except ValueError as exc:
+                raise InvalidOptionError(f"--mode {self.mode}: {exc}", f"use --mode {' or '.join(LOCK_MODES)}") from exc
 
 
 _SET_RE = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*==\s*([A-Za-z0-9_.+!\-]+)\s*$")

@@ -13,7 +13,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from envbuilder.canonical import version_tuple
-from envbuilder.choices import LOCK_MODES, ROW_OPTIONS, SOURCES, TORCH_INDEXES
+from envbuilder.choices import ROW_OPTIONS, SOURCES, TORCH_INDEXES, LockMode
 from envbuilder.errors import InvalidOptionError, ResolveConflictError, UnknownPackageError, UnknownTagError
 from envbuilder.host.torchprobe import HostTorch, in_row_range
 from envbuilder.matrix.model import Fact, Matrix, Note, Release
@@ -40,7 +40,7 @@ class Pin:
 @dataclass(frozen=True)
 class Resolution:
     row: str
-    mode: str
+    mode: LockMode
     source: str
     python: str  # the target interpreter (major.minor)
     requires_python: str
@@ -136,7 +136,7 @@ def _forced_requirements(row: Release, req: ResolveRequest, warnings: list[str],
     --mode host-torch keeps the interpreter's torch and the CUDA libraries it brings, so an
     override of one of those cannot take effect: the user is told what to fix in that interpreter.
     """
-    if req.mode == "host-torch":
+    if req.mode.on_interpreter:
         ht = req.host_torch
         for o in row.override_dependencies:
             warnings.append(
@@ -250,12 +250,12 @@ def _choose_cuda(matrix: Matrix, req: ResolveRequest, row: Release, torch_versio
     warnings: list[str] = []
     row_cuda = str(row.cuda.value) if row.cuda.known else None
     cuda, cuda_prov = row_cuda, _prov(row, "cuda")
-    if req.mode == "ngc-base" and row.container_cuda.known:
+    if req.mode.on_container and row.container_cuda.known:
         # the container's own toolkit builds stage 2 and sets the driver floor
         row_cuda = ".".join(str(row.container_cuda.value).split(".")[:2])
         cuda, cuda_prov = row_cuda, _prov(row, "container_cuda")
     if req.cuda:
-        if req.mode == "ngc-base":
+        if req.mode.on_container:
             raise ResolveConflictError(
                 f"--cuda {req.cuda} conflicts with --mode ngc-base: the NGC container "
                 f"{row.container.value} fixes CUDA {row_cuda}",
@@ -297,7 +297,8 @@ def _container_major_mismatch(matrix: Matrix, req: ResolveRequest, row: Release,
     container (nemo-toolkit 2.6 requires numba-cuda[cu13]) then mix CUDA majors in one environment.
     PyPI's torch is the only variant every user (and CI) can reach, so this warns instead of
     switching the default to the PyTorch index."""
-    if req.mode != "hermetic" or req.cuda or cuda is None or torch_version is None or not row.container_cuda.known:
+    if (not req.mode.torch_from_lock or req.cuda or cuda is None or torch_version is None
+            or not row.container_cuda.known):
         return []
     major = str(row.container_cuda.value).split(".")[0]
     if cuda.split(".")[0] == major:
@@ -321,9 +322,9 @@ def _stack(matrix: Matrix, req: ResolveRequest, row: Release) -> Stack | None:
     """The stack a lock installs: the container's for --mode ngc-base (when the row records it),
     else the hermetic wheels'."""
     stacks = row_stacks(matrix, row)
-    if req.mode == "ngc-base" and row.container_cuda.known:
-        return stacks["container"]
-    return stacks["hermetic"]
+    if req.mode.on_container and row.container_cuda.known:
+        return stacks[LockMode.NGC_BASE]
+    return stacks[LockMode.HERMETIC]
 
 
 def _check_driver(matrix: Matrix, req: ResolveRequest, row: Release, cuda: str | None
@@ -419,15 +420,13 @@ def _check_flash_vs_te(matrix: Matrix, row: Release, chosen: dict[str, tuple[str
 
 
 def _check_mode(req: ResolveRequest, row: Release) -> None:
-    if req.mode not in LOCK_MODES:
-        raise InvalidOptionError(f"--mode {req.mode}: unknown mode", f"use --mode {' or '.join(LOCK_MODES)}")
-    if req.mode == "host-torch":
+    if req.mode.on_interpreter:
         _check_host_torch(req)
     if req.source not in SOURCES:
         raise InvalidOptionError(f"--source {req.source}: unknown source", "use --source pypi or --source git")
     if req.torch_index not in TORCH_INDEXES:
         raise InvalidOptionError(f"--torch-index {req.torch_index}: unknown", "use pypi or pytorch")
-    if req.mode == "ngc-base":
+    if req.mode.on_container:
         if not row.container.known:
             raise ResolveConflictError(
                 f"--mode ngc-base needs the NGC container of {row.label}, which the matrix does not know",
@@ -479,13 +478,13 @@ def resolve(matrix: Matrix, req: ResolveRequest) -> Resolution:
     warnings: list[str] = []
     provenance: dict[str, str] = {}
 
-    if req.mode == "host-torch":
+    if req.mode.on_interpreter:
         req, _row_torch = _host_torch_facts(req, row, warnings, provenance)
     ranges = _python_range(matrix, row, chosen)
     python, requires_python, provenance["python"] = _choose_python(req, ranges, row)
 
     torch_version = chosen.get("torch", (None, ""))[0]
-    if req.mode == "host-torch":
+    if req.mode.on_interpreter:
         cuda, provenance["cuda"], torch_index, variant = req.cuda, "host-torch:interpreter", None, "host"
         if req.python:
             provenance["python"] = "host-torch:interpreter"
@@ -494,7 +493,7 @@ def resolve(matrix: Matrix, req: ResolveRequest) -> Resolution:
         cuda, provenance["cuda"], torch_index, variant, w = _choose_cuda(matrix, req, row, torch_version)
         warnings += w
         warnings += _container_major_mismatch(matrix, req, row, cuda, torch_version, variant)
-    if torch_version and req.mode != "host-torch":
+    if torch_version and not req.mode.on_interpreter:
         info = matrix.torch.get(torch_version)
         if info is not None and info.python.known and Version(python) not in SpecifierSet(str(info.python.value)):
             raise ResolveConflictError(f"torch {torch_version} supports Python {info.python.value}, not {python}",
@@ -509,7 +508,7 @@ def resolve(matrix: Matrix, req: ResolveRequest) -> Resolution:
                                  "use --allow-source-build or --no-source-build")
     if req.source == "pypi":
         # a hermetic lock installs a known torch build, whose torch.__version__ carries the variant ("+cu130")
-        torch_local = (f"{torch_version}+{variant}" if req.mode == "hermetic" and torch_version
+        torch_local = (f"{torch_version}+{variant}" if req.mode.torch_from_lock and torch_version
                        and variant.startswith("cu") and variant[2:].isdigit() else None)
         chosen, prebuilt = prefer_prebuilt(matrix, chosen, overrides, python, torch_version, cuda, req.source_build,
                                            torch_local)
@@ -525,10 +524,10 @@ def resolve(matrix: Matrix, req: ResolveRequest) -> Resolution:
     pins: dict[str, Pin] = {}
     for name, (version, prov) in chosen.items():
         comp: Component = BY_NAME[name]
-        if req.mode == "ngc-base" and name == "torch":
+        if req.mode.on_container and name == "torch":
             omitted["torch"] = f"kept from {row.container.value} (override-dependencies)"
             continue
-        if req.mode == "host-torch" and name == "torch":
+        if req.mode.on_interpreter and name == "torch":
             assert req.host_torch is not None
             omitted["torch"] = f"kept from the interpreter: torch {req.host_torch.torch} (override-dependencies)"
             continue

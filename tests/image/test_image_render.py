@@ -12,6 +12,7 @@ import pytest
 from golden_files import UPDATE_VAR, check_golden, updating
 
 from envbuilder.archlist import ArchList
+from envbuilder.choices import LockMode
 from envbuilder.errors import InvalidOptionError
 from envbuilder.image import images
 from envbuilder.image.render import (
@@ -102,7 +103,7 @@ def _target(**kw: str | None) -> LockTarget:
 
 
 def test_bases_from_images_toml() -> None:
-    choice = images.choose_bases(_target(cuda="12.8", python="3.12"), "hermetic", None)
+    choice = images.choose_bases(_target(cuda="12.8", python="3.12"), LockMode.HERMETIC, None)
     assert "devel" in choice.builder and "runtime" in choice.runtime and "12.8" in choice.builder
     assert choice.python_from == "uv" and not choice.digest_pinned and choice.warning()
     # every CUDA a committed lock targets has bases (26.04 and 26.06 lock torch cu130)
@@ -111,18 +112,18 @@ def test_bases_from_images_toml() -> None:
     for rec in sorted((Path(__file__).resolve().parents[2] / "locks").glob("*/envbuilder.lock.json")):
         target = LockRecord.from_json(rec.read_text()).target
         if target.cuda not in (None, "none"):
-            assert images.choose_bases(target, "hermetic", None).builder, rec.parent.name
-    cu13 = images.choose_bases(_target(cuda="13.0", python="3.12"), "hermetic", None)
+            assert images.choose_bases(target, LockMode.HERMETIC, None).builder, rec.parent.name
+    cu13 = images.choose_bases(_target(cuda="13.0", python="3.12"), LockMode.HERMETIC, None)
     assert cu13.builder == "nvidia/cuda:13.0.2-cudnn-devel-ubuntu24.04"
-    smoke = images.choose_bases(_target(cuda=None, python="3.11"), "hermetic", None)
+    smoke = images.choose_bases(_target(cuda=None, python="3.11"), LockMode.HERMETIC, None)
     assert smoke.builder == images.test_base_tag() and smoke.python_from == "system"
     with pytest.raises(InvalidOptionError):
-        images.choose_bases(_target(cuda="11.0"), "hermetic", None)
-    ngc = images.choose_bases(_target(container="nvcr.io/nvidia/pytorch:25.04-py3"), "ngc-base", None)
+        images.choose_bases(_target(cuda="11.0"), LockMode.HERMETIC, None)
+    ngc = images.choose_bases(_target(container="nvcr.io/nvidia/pytorch:25.04-py3"), LockMode.NGC_BASE, None)
     assert ngc.builder == "nvcr.io/nvidia/pytorch:25.04-py3"
     with pytest.raises(InvalidOptionError):
-        images.choose_bases(_target(container="nvcr.io/nvidia/nemo:25.04"), "ngc-base", None)
-    pinned = images.choose_bases(_target(), "hermetic", "repo/x:1@sha256:" + "0" * 64)
+        images.choose_bases(_target(container="nvcr.io/nvidia/nemo:25.04"), LockMode.NGC_BASE, None)
+    pinned = images.choose_bases(_target(), LockMode.HERMETIC, "repo/x:1@sha256:" + "0" * 64)
     assert pinned.digest_pinned and pinned.warning() is None
 
 

@@ -15,9 +15,9 @@ import pytest
 from envbuilder.errors import LockDirError, SecretSpecError
 from envbuilder.image import layerscan
 from envbuilder.image.buildlog import BuildLog
-from envbuilder.image.lockdir import load_lockdir
 from envbuilder.image.secrets import parse_secret, proxy_settings, secret_files
 from envbuilder.image.tools import stage2_env
+from envbuilder.lock.lockdir import open_lockdir
 from envbuilder.troubleshoot import troubleshoot
 
 
@@ -139,14 +139,14 @@ def test_ca_needles_skip_public_roots() -> None:
 
 def test_lockdir_errors(tmp_path: Path) -> None:
     with pytest.raises(LockDirError):
-        load_lockdir(tmp_path / "missing")
+        open_lockdir(tmp_path / "missing")
     (tmp_path / "pyproject.toml").write_text("[project]\n")
     with pytest.raises(LockDirError):
-        load_lockdir(tmp_path)
+        open_lockdir(tmp_path)
     (tmp_path / "uv.lock").write_text("version = 1\n\n[[package]]\nname = \"x\"\nversion = \"1\"\n")
     (tmp_path / "envbuilder.lock.json").write_text(json.dumps({"schema": 1, "row": "x", "mode": "hermetic"}))
     with pytest.raises(LockDirError, match="lacks"):
-        load_lockdir(tmp_path)
+        open_lockdir(tmp_path)
     from envbuilder.lock.record import build_record
     from envbuilder.matrix import load_matrix
     from envbuilder.resolve import ResolveRequest, resolve
@@ -154,10 +154,10 @@ def test_lockdir_errors(tmp_path: Path) -> None:
     req = ResolveRequest(row="smoke")
     rec = build_record(resolve(load_matrix(), req), req, tmp_path, "0.13.9", [], {}, [])
     (tmp_path / "envbuilder.lock.json").write_text(rec.to_json())
-    assert load_lockdir(tmp_path).record == rec
+    assert open_lockdir(tmp_path).record == rec
     (tmp_path / "uv.lock").write_text("version = 2\n")
     with pytest.raises(LockDirError, match="changed after locking"):
-        load_lockdir(tmp_path)
+        open_lockdir(tmp_path)
 
 
 def test_cli_bad_secret_and_bad_lockdir_exit_codes(tmp_path: Path) -> None:

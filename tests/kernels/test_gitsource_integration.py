@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from envbuilder.kernels.lockfiles import read_locked_files
 from envbuilder.lock.record import LockRecord, sha256_file
 from envbuilder.lock.sdist import fetch_sdist
+from envbuilder.lock.uvlock import read_uv_lock
 
 pytestmark = pytest.mark.integration
 
@@ -47,7 +47,8 @@ def _git(*args: str, cwd: Path) -> str:
 
 def _pypi_sdist(name: str, version: str) -> Path:
     """The sdist of name==version as the committed v2.3.0 lock names it (url and sha256)."""
-    sdist = read_locked_files(REPO / "locks" / "v2.3.0" / "uv.lock")[(name, version)].sdist
+    sdist = next(p.sdist for p in read_uv_lock(REPO / "locks" / "v2.3.0" / "uv.lock")
+                 if (p.name, p.version) == (name, version))
     assert sdist is not None
     return fetch_sdist(sdist.url, sdist.sha256)
 

@@ -19,10 +19,10 @@ import pytest
 from envbuilder.errors import ArchMismatchError, NoCudaSourcesError
 from envbuilder.kernels.archs import ArchList, check_archs, object_archs
 from envbuilder.kernels.files import cache_root, fetch
-from envbuilder.kernels.lockfiles import LockedFile
 from envbuilder.kernels.packages import arch_knobs
 from envbuilder.kernels.patch import hardcoded_gencodes, patch_sdist_tree
 from envbuilder.kernels.pipeline import device_sources, unpack_sdist, wheel_archs
+from envbuilder.lock.uvlock import LockedFile
 
 pytestmark = pytest.mark.integration
 

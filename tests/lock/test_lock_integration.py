@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from envbuilder.errors import LockOutOfDateError, NoCudaSourcesError
-from envbuilder.lock import LockOptions, read_record, run_lock
+from envbuilder.lock import LockOptions, open_lockdir, run_lock
 from envbuilder.lock.uvlock import read_uv_lock
 from envbuilder.matrix import load_matrix
 from envbuilder.resolve import ResolveRequest
@@ -29,7 +29,7 @@ def test_two_locks_are_byte_identical_and_check_detects_drift(tmp_path: Path) ->
     for name in FILES:
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
     assert a.record.lock_sha256 == b.record.lock_sha256
-    assert read_record(tmp_path / "a").row == "smoke"
+    assert open_lockdir(tmp_path / "a").record.row == "smoke"
 
     # --check on an up-to-date lock: passes and writes nothing
     again = run_lock(m, ResolveRequest(row="smoke"), LockOptions(output=tmp_path / "a", check=True))

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from envbuilder.errors import ForeignOutputDirError, LockDirError, NetworkError
-from envbuilder.lock import LockOptions, read_record, run_lock
+from envbuilder.lock import LockOptions, open_lockdir, run_lock
 from envbuilder.lock import reuse as reuse_mod
 from envbuilder.lock.platform import PlatformProblem, check_platform, find_constraint, target_tags
 from envbuilder.lock.uvlock import LockedPackage
@@ -121,13 +121,13 @@ def test_read_record_detects_tampering(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text("p")
     rec = build_record(resolve(m, req), req, tmp_path, "0.13.9", [], {}, [])
     (tmp_path / "envbuilder.lock.json").write_text(rec.to_json())
-    assert read_record(tmp_path).files == {
+    assert open_lockdir(tmp_path).record.files == {
         n: hashlib.sha256((tmp_path / n).read_bytes()).hexdigest() for n in ("pyproject.toml", "uv.lock")}
     (tmp_path / "uv.lock").write_text("edited by hand")
     with pytest.raises(LockDirError, match="changed after locking"):
-        read_record(tmp_path)
-    with pytest.raises(LockDirError, match=r"has no envbuilder\.lock\.json"):
-        read_record(tmp_path / "nowhere")
+        open_lockdir(tmp_path)
+    with pytest.raises(LockDirError, match=r"is not a directory"):
+        open_lockdir(tmp_path / "nowhere")
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -9,7 +9,8 @@ import pytest
 from golden_files import check_golden
 
 from envbuilder.errors import LockDirError, LockSchemaError
-from envbuilder.lock.record import RECORD_NAME, LockRecord, build_record, read_record
+from envbuilder.lock.lockdir import open_lockdir
+from envbuilder.lock.record import RECORD_NAME, LockRecord, build_record
 from envbuilder.matrix import load_matrix
 from envbuilder.render import render_pyproject
 from envbuilder.resolve import ResolveRequest, resolve
@@ -44,7 +45,7 @@ def test_round_trip_keeps_bytes(tmp_path: Path) -> None:
     text = (tmp_path / RECORD_NAME).read_text()
     again = LockRecord.from_json(text)
     assert again == rec and again.to_json() == text
-    assert read_record(tmp_path) == rec and LockRecord.from_lockdir(tmp_path).target.python_minor == "3.12"
+    assert open_lockdir(tmp_path).record == rec and LockRecord.from_lockdir(tmp_path).target.python_minor == "3.12"
 
 
 def test_git_sources_round_trip_and_are_strict(tmp_path: Path) -> None:
@@ -92,11 +93,11 @@ def test_hashes_are_recomputed(tmp_path: Path) -> None:
     _record(tmp_path)
     (tmp_path / "uv.lock").write_text("edited by hand\n")
     with pytest.raises(LockDirError, match="changed after locking"):
-        read_record(tmp_path)
-    read_record(tmp_path, verify=False)  # reading without verification still works
+        open_lockdir(tmp_path)
+    LockRecord.from_lockdir(tmp_path, verify=False)  # reading without verification still works
     LockRecord.from_lockdir(tmp_path, verify_only=("pyproject.toml",))
-    with pytest.raises(LockDirError, match=r"has no envbuilder\.lock\.json"):
-        read_record(tmp_path / "nowhere")
+    with pytest.raises(LockDirError, match=r"is not a directory"):
+        open_lockdir(tmp_path / "nowhere")
 
 
 COMMITTED = sorted(p for p in (Path(__file__).resolve().parents[2]).glob("**/envbuilder.lock.json")
@@ -153,12 +154,15 @@ def test_the_record_states_the_arch_list_the_lock_asks_for(tmp_path: Path) -> No
     assert host.arch_list().torch == "8.0"  # a lock made for a host builds for its GPU
 
 
-def test_certify_expects_the_lock_s_arch_list(tmp_path: Path) -> None:
+def test_certify_expects_the_lock_s_arch_list() -> None:
     """Every certificate of a lock with CUDA states the arch list its lock asked for (it used to say 'the lock
     states none')."""
     from envbuilder.certify.certificate import Artifact
-    from envbuilder.certify.expectations import expectations_from_lock
+    from envbuilder.certify.expectations import expectations_from_lock, read_lock
 
-    rec = _record(tmp_path)
-    exp = expectations_from_lock(tmp_path, uv_bin="/bin/false", matrices=REPO / "matrices", artifact=Artifact("venv"))
-    assert rec.target.cuda and exp.target.arch_list == rec.arch_list().torch
+    lock = read_lock(REPO / "locks" / "v2.3.0")  # a committed lock: uv exports its install set offline
+    rec = lock.record
+    assert rec is not None and rec.target.cuda
+    exp = expectations_from_lock(lock, matrices=REPO / "matrices", artifact=Artifact("venv"))
+    assert exp.target.arch_list == rec.arch_list().torch == "8.0;8.6;8.9;9.0"
+    assert exp.packages["torch"] == rec.pins["torch"].version and "nemo-toolkit" in exp.packages

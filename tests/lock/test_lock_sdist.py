@@ -12,7 +12,7 @@ import pytest
 from envbuilder.errors import NoCudaSourcesError, SdistFetchError
 from envbuilder.lock.kernel_sources import check_kernel_sources, require_cuda_sources
 from envbuilder.lock.sdist import fetch_sdist, read_sdist
-from envbuilder.lock.uvlock import LockedPackage
+from envbuilder.lock.uvlock import LockedFile, LockedPackage
 from envbuilder.resolve.resolver import Pin
 
 PKG_INFO = b"""Metadata-Version: 2.1
@@ -74,7 +74,7 @@ def test_kernel_less_row_pin_is_recorded_but_a_set_pin_is_refused(tmp_path: Path
     """The row's own pin locks (recorded as kernel-less, warned about); the user's --set pin is an error."""
     bad = make_sdist(tmp_path, "mamba_ssm", "2.2.0", {"setup.py": b"", "mamba_ssm/__init__.py": b""})
     pkg = LockedPackage("mamba-ssm", "2.2.0", {"registry": "https://pypi.org/simple"}, (), True,
-                        sdist_url=bad.as_uri(), sdist_sha256=hashlib.sha256(bad.read_bytes()).hexdigest())
+                        sdist=LockedFile(bad.as_uri(), hashlib.sha256(bad.read_bytes()).hexdigest(), None))
 
     def fetch(url: str, sha: str | None, ca: Path | None) -> Path:
         return fetch_sdist(url, sha, ca, cache=tmp_path / "cache")
@@ -95,7 +95,7 @@ def test_check_kernel_sources_fetches_by_hash_and_refuses(tmp_path: Path) -> Non
     bad = make_sdist(tmp_path, "mamba_ssm", "2.2.0", {"setup.py": b"", "mamba_ssm/__init__.py": b""})
     digest = hashlib.sha256(bad.read_bytes()).hexdigest()
     pkg = LockedPackage("mamba-ssm", "2.2.0", {"registry": "https://pypi.org/simple"}, (), True,
-                        sdist_url=bad.as_uri(), sdist_sha256=digest)
+                        sdist=LockedFile(bad.as_uri(), digest, None))
     cache = tmp_path / "cache"
 
     def fetch(url: str, sha: str | None, ca: Path | None) -> Path:
@@ -108,16 +108,16 @@ def test_check_kernel_sources_fetches_by_hash_and_refuses(tmp_path: Path) -> Non
     assert check_kernel_sources(_res_with_stage2("mamba-ssm", "2.2.0", git=True), [pkg],  # type: ignore[arg-type]
                                 fetch=fetch) == []
     # a wrong hash is a fetch error, never a silent pass
-    wrong = LockedPackage("mamba-ssm", "2.2.0", {"registry": "x"}, (), True, sdist_url=bad.as_uri(),
-                          sdist_sha256="0" * 64)
+    wrong = LockedPackage("mamba-ssm", "2.2.0", {"registry": "x"}, (), True,
+                          sdist=LockedFile(bad.as_uri(), "0" * 64, None))
     with pytest.raises(SdistFetchError, match="does not match"):
         check_kernel_sources(_res_with_stage2("mamba-ssm", "2.2.0"), [wrong], fetch=fetch)  # type: ignore[arg-type]
 
 
 def test_check_kernel_sources_passes_an_sdist_with_kernels(tmp_path: Path) -> None:
     good = make_sdist(tmp_path, "mamba_ssm", "2.2.5", {"csrc/selective_scan/selective_scan_fwd_fp16.cu": b"//"})
-    pkg = LockedPackage("mamba-ssm", "2.2.5", {"registry": "x"}, (), True, sdist_url=good.as_uri(),
-                        sdist_sha256=hashlib.sha256(good.read_bytes()).hexdigest())
+    pkg = LockedPackage("mamba-ssm", "2.2.5", {"registry": "x"}, (), True,
+                        sdist=LockedFile(good.as_uri(), hashlib.sha256(good.read_bytes()).hexdigest(), None))
     out = check_kernel_sources(_res_with_stage2("mamba-ssm", "2.2.5"), [pkg],  # type: ignore[arg-type]
                                fetch=lambda u, s, c: fetch_sdist(u, s, c, cache=tmp_path / "c"))
     assert [c.to_dict() for c in out] == [{"package": "mamba-ssm", "version": "2.2.5",
@@ -148,7 +148,7 @@ def test_pypi_mamba_ssm_220_and_causal_conv1d_1221_have_no_cuda_sources(tmp_path
 
 def test_offline_check_warns_instead_of_passing_silently(tmp_path: Path) -> None:
     pkg = LockedPackage("mamba-ssm", "2.2.0", {"registry": "x"}, (), True,
-                        sdist_url=(tmp_path / "missing.tar.gz").as_uri(), sdist_sha256="0" * 64)
+                        sdist=LockedFile((tmp_path / "missing.tar.gz").as_uri(), "0" * 64, None))
     said: list[str] = []
     out = check_kernel_sources(_res_with_stage2("mamba-ssm", "2.2.0"), [pkg], progress=said.append,  # type: ignore[arg-type]
                                fetch=lambda u, s, c: fetch_sdist(u, s, c, cache=tmp_path / "c"))
@@ -169,7 +169,7 @@ def test_kernel_less_pin_with_a_recorded_tag_builds_from_git(tmp_path: Path) -> 
     def pkg(version: str) -> LockedPackage:
         bad = make_sdist(tmp_path, "mamba_ssm", version, {"setup.py": b"", "mamba_ssm/__init__.py": b""})
         return LockedPackage("mamba-ssm", version, {"registry": "https://pypi.org/simple"}, (), True,
-                             sdist_url=bad.as_uri(), sdist_sha256=hashlib.sha256(bad.read_bytes()).hexdigest())
+                             sdist=LockedFile(bad.as_uri(), hashlib.sha256(bad.read_bytes()).hexdigest(), None))
 
     said: list[str] = []
     kernel_less: list[str] = []

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from envbuilder.choices import LockMode
 from envbuilder.errors import SourceBuildRefusedError
 from envbuilder.matrix import load_matrix
 from envbuilder.matrix.prebuilt import prebuilt_verdict
@@ -28,14 +29,14 @@ def test_2604_stacks_have_their_own_driver_floor(m) -> None:  # type: ignore[no-
     row = m.find_row(release="26.04")
     stacks = row_stacks(m, row)
     # hermetic: PyPI torch 2.11.0 bundles cuda-toolkit 13.0.2 -> Table 3 'CUDA 13.0 Update 2 | >=580.95.05'
-    assert stacks["hermetic"].cuda_toolkit.value == "13.0.2"
-    assert stacks["hermetic"].min_driver.value == "580.95.05"  # not the 13.0 GA floor 580.65.06
-    assert stacks["hermetic"].minor_compat_floor.value == "580.65.06"
+    assert stacks[LockMode.HERMETIC].cuda_toolkit.value == "13.0.2"
+    assert stacks[LockMode.HERMETIC].min_driver.value == "580.95.05"  # not the 13.0 GA floor 580.65.06
+    assert stacks[LockMode.HERMETIC].minor_compat_floor.value == "580.65.06"
     # container: CUDA 13.1.1 -> its own Table 3 row 'CUDA 13.1 Update 1 | 590.48.01', not the 13.1 GA floor 590.44.01
-    assert stacks["container"].cuda_toolkit.value == "13.1.1"
-    assert stacks["container"].min_driver.value == "590.48.01"
-    assert "lower bound" not in stacks["container"].min_driver.source
-    assert stacks["container"].torch.value.startswith("2.11.0a0")
+    assert stacks[LockMode.NGC_BASE].cuda_toolkit.value == "13.1.1"
+    assert stacks[LockMode.NGC_BASE].min_driver.value == "590.48.01"
+    assert "lower bound" not in stacks[LockMode.NGC_BASE].min_driver.source
+    assert stacks[LockMode.NGC_BASE].torch.value.startswith("2.11.0a0")
 
 
 def test_an_update_with_an_unknown_floor_falls_back_to_its_ga_as_a_lower_bound(m) -> None:  # type: ignore[no-untyped-def]
@@ -55,9 +56,9 @@ def test_every_cuda_release_but_one_has_a_known_floor(m) -> None:  # type: ignor
 
 def test_old_rows_keep_the_ga_floor_and_say_so(m) -> None:  # type: ignore[no-untyped-def]
     stacks = row_stacks(m, m.find_row(nemo="v2.3.0"))
-    assert stacks["hermetic"].min_driver.value == "560.28.03"  # CUDA 12.6 GA, as the v2.3.0 locks record
-    assert "GA floor" in stacks["hermetic"].min_driver.source
-    assert stacks["container"].min_driver.value == "unknown"  # the 25.04 container's CUDA is not recorded
+    assert stacks[LockMode.HERMETIC].min_driver.value == "560.28.03"  # CUDA 12.6 GA, as the v2.3.0 locks record
+    assert "GA floor" in stacks[LockMode.HERMETIC].min_driver.source
+    assert stacks[LockMode.NGC_BASE].min_driver.value == "unknown"  # the 25.04 container's CUDA is not recorded
 
 
 def test_ngc_base_uses_the_container_cuda(m) -> None:  # type: ignore[no-untyped-def]
