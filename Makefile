@@ -29,20 +29,13 @@ host:
 lock: setup
 	$(ENVB) lock --nemo $(NEMO) -o $(LOCKDIR)
 
-# sync: install a lock directory with the uv that made it (LOCK=DIR, default $(LOCKDIR)), both stages
+# sync: install a lock directory into its .venv with the uv that made it (LOCK=DIR, default $(LOCKDIR)), both
+# stages as the image build does (envbuilder/lock/sync.py): stage 1 without the record's stage1_deferred packages,
+# stage 2 with the compile extra, the lock's stage2_env and arch list, skipping what it cannot build from PyPI
 LOCK ?= $(LOCKDIR)
-# Stage 2 skips the pins the record lists as kernel_less (their PyPI sdists ship no CUDA sources, so they
-# would build into packages without kernels) and those it builds from their git tags (git_sources: uv.lock
-# names their kernel-less PyPI sdists), and says so; `envbuilder wheels` builds the latter.
 sync: setup
 	test -f $(LOCK)/uv.lock || { echo "no $(LOCK)/uv.lock: run make lock first (or pass LOCK=DIR)"; exit 2; }
-	cd $(LOCK) && $(abspath $(BIN))/uv sync --frozen
-	skip=$$($(BIN)/python -c 'import sys; from envbuilder.lock.record import LockRecord; \
-	  r = LockRecord.from_lockdir(sys.argv[1]); \
-	  [print(f"warning: not installing {n}: its sdist has no CUDA sources (re-lock with --source git)", file=sys.stderr) for n in r.kernel_less]; \
-	  [print(f"warning: not installing {n} from its kernel-less sdist; build it from {s.url} {s.tag}: envbuilder wheels {sys.argv[1]} -o WHEELHOUSE --package {n} --torch-from host --interpreter {sys.argv[1]}/.venv/bin/python, then uv pip install WHEELHOUSE/*.whl", file=sys.stderr) for n, s in sorted(r.git_sources.items())]; \
-	  print(" ".join(f"--no-install-package {n}" for n in [*r.kernel_less, *sorted(r.git_sources)]))' $(LOCK)) && \
-	cd $(LOCK) && $(abspath $(BIN))/uv sync --frozen --extra compile $$skip
+	$(BIN)/python -m envbuilder.lock.sync $(LOCK)
 
 # ---- tests: lint, fast unit tests, then real-engine / real-PyPI integration tests --
 lint: setup
