@@ -32,6 +32,9 @@ command -v slurmctld >/dev/null || need+=(slurmctld)
 command -v slurmd >/dev/null || need+=(slurmd)
 command -v sbatch >/dev/null || need+=(slurm-client)
 command -v munged >/dev/null || need+=(munge)
+# the two-node Slurm test: `ip netns` + veth (iproute2), nsenter/unshare (util-linux) for each node's namespaces
+command -v ip >/dev/null || need+=(iproute2)
+{ command -v nsenter >/dev/null && command -v unshare >/dev/null; } || need+=(util-linux)
 # the wheel-cache and `build --push` tests' OCI registry (the CNCF distribution) with htpasswd (bcrypt) auth;
 # started per test session by a fixture with a private config, TLS from a test CA and storage dir, never here
 command -v docker-registry >/dev/null || need+=(docker-registry)

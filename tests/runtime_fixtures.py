@@ -87,6 +87,17 @@ def smoke_sif(smoke_image: str, smoke_lockdir: Path, runtime_dir: Path) -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def smoke_sqsh(smoke_image: str, smoke_lockdir: Path, runtime_dir: Path) -> Path:
+    """The smoke image exported to an enroot squashfs (export's cache makes a warm run cheap)."""
+    from envbuilder.export.pipeline import ExportOptions, export_image
+
+    out = runtime_dir / "smoke.sqsh"
+    export_image(ExportOptions(image=smoke_image, fmt="sqsh", output=out, lock_dir=smoke_lockdir, snippets=False))
+    out.chmod(0o644)
+    return out
+
+
 # --- Slurm: munged + slurmctld + slurmd on localhost, started and stopped here -----------------
 
 SLURM_CONF = """\

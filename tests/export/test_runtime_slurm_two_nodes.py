@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 
 import pytest
-from runtime_fixtures import SHIM_DIR, TwoNodeSlurm, runner_dir
+from runtime_fixtures import SHIM_DIR, TwoNodeSlurm
 
 from envbuilder.export import render
 
@@ -47,7 +48,9 @@ dist.destroy_process_group()
 
 def _job_dir(smoke_sif: Path, name: str, procs: int) -> tuple[Path, Path]:
     """A directory uid 1000 can write, with allreduce.py and the sbatch `export` renders for two nodes."""
-    d = runner_dir(f"two-{name}")
+    d = smoke_sif.parent / f"two-{name}"  # in the session's runtime dir (removed at its end)
+    d.mkdir(mode=0o777)
+    d.chmod(0o777)  # uid 1000 (Apptainer) writes its results here
     (d / "allreduce.py").write_text(ALLREDUCE)
     params = render.LaunchParams(gpus_per_node=0, nodes=2, procs_per_node=procs, train_script="allreduce.py")
     script = d / f"{smoke_sif.name}.torchrun-multinode.sbatch"
@@ -115,3 +118,38 @@ def test_two_concurrent_jobs_never_share_a_rendezvous(slurm_two_nodes: TwoNodeSl
     spans = [(min(float(str(r["start"])) for r in res), max(float(str(r["end"])) for r in res)) for res in runs]
     assert spans[0][0] < spans[1][1] and spans[1][0] < spans[0][1], f"the jobs did not overlap: {spans}"
 
+
+PYXIS_STANDIN = Path(__file__).resolve().parent.parent / "fixtures" / "pyxis-standin"
+
+
+def test_pyxis_sbatch_across_two_nodes_without_apptainer(slurm_two_nodes: TwoNodeSlurm, smoke_sqsh: Path) -> None:
+    """The sqsh form (`srun --container-image=… torchrun`), no Apptainer anywhere. pyxis and enroot cannot be
+    installed here, so `srun` is tests/fixtures/pyxis-standin/srun: a STAND-IN that runs each task in the
+    unpacked squashfs (mount namespace + chroot, the --container-mounts and --container-workdir, the image's
+    /etc/environment over the task's environment). What this checks is the snippet across two hosts and the
+    artifact's own environment (torchrun and python found through /etc/environment), not pyxis itself."""
+    cluster = slurm_two_nodes
+    d = smoke_sqsh.parent / "two-pyxis"
+    d.mkdir()
+    (d / "allreduce.py").write_text(ALLREDUCE)
+    params = render.LaunchParams(gpus_per_node=0, nodes=2, procs_per_node=2, train_script="allreduce.py")
+    script = d / f"{smoke_sqsh.name}.torchrun-multinode.sbatch"
+    script.write_text(render.render_launch("sqsh", smoke_sqsh, params)[".torchrun-multinode.sbatch"])
+    cluster.env["PATH"] = f"{PYXIS_STANDIN}{os.pathsep}/usr/sbin:/usr/bin:/sbin:/bin"  # no apptainer shim
+    cluster.env["PYXIS_STANDIN_CACHE"] = str(d / "unpacked")  # the unpacked image (~1 GB) goes with the job dir
+    t0 = time.monotonic()
+    try:
+        rc, job = cluster.sbatch(script, d, 900, f"--output={d}/slurm-%j.out")
+        seconds = time.monotonic() - t0
+        assert rc == 0, _log(d, job)
+        results = _results(d, job)
+        assert [(r["rank"], r["world"], r["sum"], r["run_id"]) for r in results] == [
+            (i, 4, 10.0, job) for i in range(4)], _log(d, job)
+        assert sorted(str(r["host"]) for r in results) == sorted(cluster.nodes * 2)
+        assert {(r["head_addr"], r["rdzv_port"]) for r in results} == {
+            (cluster.addrs[0], str(10000 + int(job) % 20000))}
+        print(f"two-node pyxis stand-in job {job}: {seconds:.1f} s from sbatch to completion (unpacking included)")
+    finally:
+        _env(cluster)
+        cluster.env.pop("PYXIS_STANDIN_CACHE")
+        shutil.rmtree(d, ignore_errors=True)
