@@ -139,7 +139,13 @@ class Certificate:
     loss_rule: str | None = None
     envbuilder_version: str | None = None
     created: str | None = None          # only with --timestamp: certificates are deterministic otherwise
+    lock_name: str | None = None        # a lock made with --set overrides is named for itself, not its row
     schema: int = CERT_SCHEMA
+
+    @property
+    def name(self) -> str:
+        """What this certificate is labelled: the lock's name when it is not its row, else the row."""
+        return self.lock_name or self.row or "no-row"
 
     # ---- what the checks say ------------------------------------------------------------
     @property
@@ -165,6 +171,8 @@ class Certificate:
         }
         if self.created:
             out["created"] = self.created
+        if self.lock_name:
+            out["lock_name"] = self.lock_name
         return out
 
     def to_json(self) -> str:
@@ -187,7 +195,8 @@ class Certificate:
             host=CertHost.from_fields(host) if host is not None else CertHost(),
             summary={k: summary.integer(k, min=0) for k in summary} if summary is not None else {},
             loss_rule=f.string("loss_rule", None), envbuilder_version=f.string("envbuilder_version", None, max_len=64),
-            created=f.string("created", None, max_len=64), schema=schema)
+            created=f.string("created", None, max_len=64), lock_name=f.string("lock_name", None, max_len=200),
+            schema=schema)
 
     @classmethod
     def from_json(cls, text: str | bytes, where: str = "certificate.json",

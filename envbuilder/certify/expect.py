@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +85,8 @@ class Expectations:
     artifact: Artifact | None = None
     #: sha256 of the file it was read from (what the certificate binds as expectations_sha256)
     sha256: str | None = None
+    #: the lock's name when it is not its row (a lock made with --set overrides: LockRecord.name)
+    lock_name: str | None = None
 
     @property
     def locked(self) -> set[str]:
@@ -108,8 +110,7 @@ class Expectations:
         return best[1] if best else None
 
     def with_artifact(self, artifact: Artifact) -> Expectations:
-        return Expectations(self.lock_sha256, self.row, self.packages, self.target, self.nemo_locked,
-                            self.mbridge_locked, self.skip_imports, self.datasheet, artifact, self.sha256)
+        return replace(self, artifact=artifact)
 
     # ---- serialisation -----------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -117,7 +118,8 @@ class Expectations:
                 "packages": dict(sorted(self.packages.items())), "target": self.target.to_dict(),
                 "nemo_locked": self.nemo_locked, "mbridge_locked": self.mbridge_locked,
                 "skip_imports": list(self.skip_imports), "datasheet": [d.to_dict() for d in self.datasheet],
-                "artifact": self.artifact.to_dict() if self.artifact is not None else {}}
+                "artifact": self.artifact.to_dict() if self.artifact is not None else {},
+                **({"lock_name": self.lock_name} if self.lock_name else {})}
 
     def to_json(self) -> str:
         return dumps(self.to_dict())
@@ -136,7 +138,8 @@ class Expectations:
             nemo_locked=f.boolean("nemo_locked", False), mbridge_locked=f.boolean("mbridge_locked", False),
             skip_imports=tuple(f.strings("skip_imports", [])),
             datasheet=tuple(DatasheetRate.from_fields(d) for d in f.objs("datasheet", [])),
-            artifact=Artifact.from_fields(art) if art else None, sha256=sha256)
+            artifact=Artifact.from_fields(art) if art else None, sha256=sha256,
+            lock_name=f.string("lock_name", None, max_len=200))
 
     @classmethod
     def from_json(cls, raw: bytes | str, where: str = "expectations",

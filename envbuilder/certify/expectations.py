@@ -102,6 +102,7 @@ def expectations_from_lock(lock: LockBinding, *, matrices: Path, artifact: Artif
     return Expectations(
         lock_sha256=lock.lock_sha256,
         row=record.row if record else None,
+        lock_name=record.name if record and record.name != record.row else None,
         packages=dict(sorted(packages.items())),
         target=ExpectedTarget(
             python=py, torch=torch_v, torch_variant=target.torch_variant if target else None,

@@ -150,9 +150,9 @@ def _certificate_from(rc: int, stdout: str, exp: Expectations, kind: str) -> tup
     if cert.to_json().encode() != raw:
         raise CertifyEnvironmentError(f"the {kind} printed a certificate that is not in envbuilder's canonical form",
                                       bad)
-    asked = (exp.lock_sha256, exp.row, exp.artifact or Artifact())
-    for key, got, want in zip(("lock_sha256", "row", "artifact"), (cert.lock_sha256, cert.row, cert.artifact), asked,
-                              strict=True):
+    asked = (exp.lock_sha256, exp.row, exp.lock_name, exp.artifact or Artifact())
+    for key, got, want in zip(("lock_sha256", "row", "lock_name", "artifact"),
+                              (cert.lock_sha256, cert.row, cert.lock_name, cert.artifact), asked, strict=True):
         if got != want:
             shown = [x.to_dict() if isinstance(x, Artifact) else x for x in (got, want)]
             raise CertifyEnvironmentError(

@@ -27,7 +27,8 @@ def build_certificate(exp: Expectations, facts: dict[str, Any], checks: list[Che
         host=CertHost(facts.get("driver"), tuple(GpuInfo(g["name"], g.get("sm"), g.get("memory_gib"))
                                                  for g in facts.get("gpus", [])),
                       facts.get("count", 0), platform.python_version(), torch_version),
-        checks=list(checks), summary=summarize(checks), loss_rule=RULE_TEXT, created=timestamp or None)
+        checks=list(checks), summary=summarize(checks), loss_rule=RULE_TEXT, created=timestamp or None,
+        lock_name=exp.lock_name)
 
 
 def _write(path: Path, text: str) -> None:
@@ -68,7 +69,7 @@ def render_report(cert: Certificate) -> tuple[str, dict[str, str]]:
     lines = [
         f"# Certificate: {cert.status.upper()}",
         "",
-        f"- level: {cert.level}; row: {cert.row or 'none'}",
+        f"- level: {cert.level}; row: {cert.row or 'none'}" + (f"; lock: {cert.lock_name}" if cert.lock_name else ""),
         f"- lock sha256: `{cert.lock_sha256 or 'none (no lock given)'}`",
         f"- artifact: {_fmt(cert.artifact.to_dict())}",
         f"- host: driver {h.driver or 'none'}, {h.gpu_count} x {gpus}; python {h.python}, torch {h.torch}",

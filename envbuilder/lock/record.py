@@ -249,6 +249,12 @@ class LockRecord:
     OPTIONAL_FIELDS: ClassVar[frozenset[str]] = frozenset({"kernel_less", "git_sources", "fidelity"})
 
     # ---- what the lock asks for ----------------------------------------------------
+    @property
+    def name(self) -> str:
+        """What results of this lock are labelled: its row, or, for a lock made with --set overrides (another
+        stack than the row's: torch 2.11 and no NeMo is not "v2.7.3"), the row and the lock itself."""
+        return f"{self.row}+set-{self.lock_sha256[:12]}" if self.inputs.overrides else self.row
+
     def arch_list(self) -> ArchList:
         """The GPU archs this lock's kernels are compiled for: its --arch-list, else the one default for its CUDA
         and host (envbuilder.matrix.archs.default_arch_list). Build, wheels and certify all read it here."""

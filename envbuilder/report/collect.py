@@ -25,10 +25,12 @@ class CertEntry:
     path: Path
     cert: Certificate
     sha256: str
+    lock_name: str | None = None  # from the lock directory (report --locks) when the certificate names none
 
     @property
     def row(self) -> str:
-        return self.cert.row or "no-row"
+        """What the entry is labelled: its lock's name (a lock with --set overrides is not its row), else its row."""
+        return self.cert.lock_name or self.lock_name or self.cert.name
 
     @property
     def gpu_model(self) -> str:
@@ -53,14 +55,15 @@ class CertEntry:
 _FIX = "pass certificate.json files written by `envbuilder certify -o DIR`"
 
 
-def _load(path: Path) -> CertEntry:
+def _load(path: Path, lock_names: dict[str, str]) -> CertEntry:
     raw = read_bytes(path, what="certificate")
     cert = Certificate.from_json(raw, f"certificate {path}", ReportInputError, _FIX)
-    return CertEntry(path, cert, hashlib.sha256(raw).hexdigest())
+    return CertEntry(path, cert, hashlib.sha256(raw).hexdigest(), lock_names.get(cert.lock_sha256 or ""))
 
 
-def collect(paths: list[Path]) -> list[CertEntry]:
-    """Every certificate under `paths`, sorted by label; the same file named twice counts once."""
+def collect(paths: list[Path], lock_names: dict[str, str] | None = None) -> list[CertEntry]:
+    """Every certificate under `paths`, sorted by label; the same file named twice counts once. `lock_names`
+    ({lock sha256: LockRecord.name}) names the certificates of an overridden lock that predate `lock_name`."""
     found: dict[Path, CertEntry] = {}
     for p in paths:
         if p.is_dir():
@@ -72,7 +75,7 @@ def collect(paths: list[Path]) -> list[CertEntry]:
         else:
             raise ReportInputError(f"{p} does not exist", "pass certificate files or directories holding them")
         for f in files:
-            found.setdefault(f.resolve(), _load(f))
+            found.setdefault(f.resolve(), _load(f, lock_names or {}))
     if not found:
         raise ReportInputError("no certificates given", "envbuilder report CERT_OR_DIR... -o site/")
     entries = sorted(found.values(), key=lambda e: (e.label, str(e.path)))

@@ -16,6 +16,7 @@ from typing import Any
 from envbuilder.atomic import promote_dir, staging_dir, write_atomic
 from envbuilder.console import dumps
 from envbuilder.errors import EnvbuilderError, ReportInputError
+from envbuilder.lock.lockdir import open_lockdir
 from envbuilder.lock.record import RECORD_NAME
 from envbuilder.report.collect import DASHBOARD_MARKER, CertEntry, collect
 from envbuilder.report.gate import DEFAULT_THRESHOLD_PCT, find_regressions
@@ -62,11 +63,21 @@ def _sha256(path: Path) -> str:
 
 
 def _locks_by_sha(locks: Path | None) -> dict[str, Path]:
+    """{uv.lock sha256: lock directory} of every lock directory under `locks` (locks/<row>/, or any depth)."""
     if locks is None:
         return {}
     if not locks.is_dir():
         raise ReportInputError(f"--locks {locks} is not a directory", "pass the directory holding <row>/uv.lock")
-    return {_sha256(p): p.parent for p in sorted(locks.glob("*/uv.lock"))}
+    found: dict[str, Path] = {}
+    for p in sorted(locks.rglob("uv.lock")):
+        found.setdefault(_sha256(p), p.parent)
+    return found
+
+
+def _lock_names(locks: dict[str, Path]) -> dict[str, str]:
+    """{lock sha256: the lock's name} of the lock directories given with --locks that have a record."""
+    return {sha: open_lockdir(d, verify_only=("uv.lock",)).record.name for sha, d in locks.items()
+            if (d / RECORD_NAME).is_file()}
 
 
 def _signature(e: CertEntry, public_key: Any) -> str:
@@ -92,11 +103,11 @@ def _check_output(out: Path) -> None:
 def build_report(opts: ReportOptions, progress: Progress = lambda _m: None) -> ReportResult:
     out = Path(opts.output)
     _check_output(out)
-    entries = collect(list(opts.inputs))
+    locks = _locks_by_sha(opts.locks)
+    entries = collect(list(opts.inputs), _lock_names(locks))
     progress(f"read {len(entries)} certificate(s)")
     hist_path = opts.history or out / "history.json"
     history = History.load(hist_path)
-    locks = _locks_by_sha(opts.locks)
     pub = None
     if opts.public_key is not None:
         from envbuilder.dsse import load_public_key

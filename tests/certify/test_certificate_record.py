@@ -109,3 +109,23 @@ def test_expectations_round_trip_and_refuse_malformed_input(tmp_path: Path) -> N
         p.write_text(json.dumps(bad))
         with pytest.raises(MalformedFileError):
             load_expectations(p)
+
+
+def test_a_certificate_of_an_overridden_lock_names_the_lock() -> None:
+    """The lock behind the 26.04 device runs is v2.7.3 with nine --set overrides (torch 2.11, no NeMo): its
+    certificate says so (lock_name), so reports label it for its lock, not for the row it started from."""
+    from envbuilder.certify.certificate import Artifact
+    from envbuilder.certify.expectations import expectations_from_lock, read_lock
+    from envbuilder.certify.report import build_certificate
+
+    lock = read_lock(REPO / "bench" / "results" / "certify-26.04-h100" / "lock", strict=False)
+    exp = expectations_from_lock(lock, matrices=REPO / "matrices", artifact=Artifact("venv"))
+    assert exp.row == "v2.7.3" and exp.lock_name == "v2.7.3+set-48412a9bd209"
+    assert Expectations.from_json(exp.to_json()).lock_name == exp.lock_name
+    cert = build_certificate(exp, {"driver": None, "gpus": [], "count": 0}, [CheckResult("drift", 0, PASS)], 0, None)
+    assert cert.name == "v2.7.3+set-48412a9bd209" and '"lock_name": "v2.7.3+set-48412a9bd209"' in cert.to_json()
+    assert Certificate.from_json(cert.to_json()).to_json() == cert.to_json()
+    # a lock without overrides is its row: no lock_name, the certificate keeps its bytes
+    plain = expectations_from_lock(read_lock(REPO / "locks" / "26.04"), matrices=REPO / "matrices",
+                                   artifact=Artifact("venv"))
+    assert plain.lock_name is None and "lock_name" not in plain.to_dict()
