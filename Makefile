@@ -160,7 +160,7 @@ registry-logout:
 PUBKEY ?= $(wildcard keys/envbuilder-signing.pub)
 nightly-publish: setup host
 	$(ENVB) report $(NIGHTLY_OUT) -o $(NIGHTLY_OUT)/site --history $(NIGHTLY_HISTORY) --locks $(LOCKS) \
-		--threshold $(THRESHOLD) --gate --browser-check --screenshot $(NIGHTLY_OUT)/dashboard.png \
+		--audit $(NIGHTLY_OUT) --threshold $(THRESHOLD) --gate --browser-check --screenshot $(NIGHTLY_OUT)/dashboard.png \
 		$(if $(PUBKEY),--key $(PUBKEY))
 
 # locks: re-lock every row into LOCKS/<row>/ (what the drift job commits) and write LOCKS/STATUS.md, which

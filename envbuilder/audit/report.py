@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 from envbuilder.audit.severity import LEVELS, UNKNOWN, Severity, Threshold
@@ -128,6 +129,13 @@ class AuditReport:
         from envbuilder.audit.database import parse_json
 
         return cls.from_dict(parse_json(text, where, _FIX), where)
+
+    @classmethod
+    def read(cls, path: Path) -> AuditReport:
+        """An audit report file (bounded read; AuditDatabaseError or InputTooLargeError when it is not one)."""
+        from envbuilder.jsonread import read_bytes
+
+        return cls.from_json(read_bytes(path, what="audit report"), str(path))
 
     def replace(self, **changes: Any) -> AuditReport:
         return dataclasses.replace(self, **changes)

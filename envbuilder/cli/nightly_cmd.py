@@ -38,6 +38,11 @@ def _row_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--key", "public_key", type=click.Path(path_type=Path, dir_okay=False),
                      help="verify-cert --key PUB (and report --key)."),
         click.option("--formats", default="sqsh,sif", show_default=True, help="Export formats."),
+        click.option("--no-audit", is_flag=True, help="Skip the audit step (known vulnerabilities of each lock)."),
+        click.option("--audit-db", type=click.Path(path_type=Path, exists=True),
+                     help="audit --db: an offline OSV database (default: the OSV service)."),
+        click.option("--audit-fail-on", default="none", show_default=True, metavar="LEVEL|SCORE",
+                     help="audit --fail-on: a finding this severe fails the row (none: the audit only reports)."),
         click.option("--lock-arg", "lock_args", multiple=True, help="Extra `lock --check` argument (repeatable)."),
         click.option("--build-arg", "build_args", multiple=True, help="Extra `build` argument (repeatable)."),
         click.option("--export-arg", "export_args", multiple=True,
@@ -52,9 +57,10 @@ def _row_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _config(row: str, level: int, output: Path, locks: Path, tag_template: str, base: str | None, cpu: bool,
-            train_steps: int | None, sign_key: Path | None, public_key: Path | None, formats: str,
-            lock_args: tuple[str, ...], build_args: tuple[str, ...], export_args: tuple[str, ...],
-            push: str | None) -> Any:
+            train_steps: int | None, sign_key: Path | None, public_key: Path | None, formats: str, no_audit: bool,
+            audit_db: Path | None, audit_fail_on: str, lock_args: tuple[str, ...], build_args: tuple[str, ...],
+            export_args: tuple[str, ...], push: str | None) -> Any:
+    from envbuilder.audit.severity import Threshold
     from envbuilder.image.reference import ImageReference
     from envbuilder.matrix import load_matrix
     from envbuilder.nightly.plan import row_flag
@@ -62,10 +68,12 @@ def _config(row: str, level: int, output: Path, locks: Path, tag_template: str, 
 
     if push:  # checked before any row runs: REGISTRY/NAMESPACE must make a valid reference with a row's name
         ImageReference.parse(f"{push.rstrip('/')}/nightly-row:tag", "--push")
+    Threshold.parse(audit_fail_on)  # refused here (exit 18), not in every row's audit step
     flag = row_flag(load_matrix(), row) if row else "--nemo"
     return RowConfig(row=row, row_flag=flag, level=level, output=output, locks=locks, tag_template=tag_template,
                      base=base, cpu=cpu, train_steps=train_steps, sign_key=sign_key, public_key=public_key,
                      formats=tuple(f for f in formats.replace(",", " ").split() if f),
+                     audit=not no_audit, audit_db=audit_db, audit_fail_on=audit_fail_on,
                      lock_args=lock_args, build_args=build_args, export_args=export_args, push=push)
 
 
@@ -105,8 +113,8 @@ def plan(rows: str | None, level: int, include_test: bool) -> None:
 @json_option("Print the summary as JSON on stdout.")
 def run(rows: str | None, jobs: int, no_resume: bool, no_report: bool, site: Path | None, history: Path | None,
         threshold_pct: float, browser_check: bool, as_json: bool, **row_opts: Any) -> None:
-    """Every row: lock --check, build, sbom, export sqsh+sif, certify, verify-cert (and push, with --push);
-    then report --gate."""
+    """Every row: lock --check, audit, build, sbom, export sqsh+sif, certify, verify-cert (and push, with
+    --push); then report --gate."""
     from envbuilder.matrix import load_matrix
     from envbuilder.nightly.pipeline import NightlyOptions, run_nightly
     from envbuilder.nightly.plan import make_plan, row_flag
@@ -139,8 +147,8 @@ def run(rows: str | None, jobs: int, no_resume: bool, no_report: bool, site: Pat
 
 
 @nightly.command("step")
-@click.argument("step", type=click.Choice(["lock-check", "build", "sbom", "export-sqsh", "export-sif", "certify",
-                                           "verify", "push"]))
+@click.argument("step", type=click.Choice(["lock-check", "audit", "build", "sbom", "export-sqsh", "export-sif",
+                                           "certify", "verify", "push"]))
 @click.option("--row", required=True, help="Matrix row, e.g. v2.3.0.")
 @_row_options
 def step(step: str, row: str, **row_opts: Any) -> None:

@@ -24,6 +24,9 @@ from envbuilder.errors import DashboardBrowserError, RegressionError
 @click.option("--locks", type=click.Path(path_type=Path, file_okay=False),
               help="Directory of lock directories (locks/<row>/); a row page links the lock whose uv.lock "
                    "sha256 its certificate names.")
+@click.option("--audit", "audits", multiple=True, type=click.Path(path_type=Path),
+              help="Audit reports (envbuilder audit -o audit.json), or directories holding them: each row shows "
+                   "the known vulnerabilities of its certificate's lock (matched by uv.lock sha256). Repeatable.")
 @click.option("--key", "public_key", type=click.Path(path_type=Path, dir_okay=False),
               help="ed25519 public key: check each certificate's DSSE signature (shown per row).")
 @click.option("--browser-check", is_flag=True,
@@ -33,13 +36,13 @@ from envbuilder.errors import DashboardBrowserError, RegressionError
               help="With --browser-check: save a PNG of index.html here.")
 @json_option("Print the dashboard summary as JSON on stdout.")
 def report(certs: tuple[Path, ...], output: Path, history: Path | None, threshold_pct: float, gate: bool,
-           locks: Path | None, public_key: Path | None, browser_check: bool, screenshot: Path | None,
-           as_json: bool) -> None:
+           locks: Path | None, audits: tuple[Path, ...], public_key: Path | None, browser_check: bool,
+           screenshot: Path | None, as_json: bool) -> None:
     """Render CERTS (certificate files or directories holding them) as a static dashboard."""
     from envbuilder.report import ReportOptions, build_report
 
     console = stderr_console()
-    result = build_report(ReportOptions(list(certs), output, history, threshold_pct, locks, public_key),
+    result = build_report(ReportOptions(list(certs), output, history, threshold_pct, locks, public_key, audits),
                           progress=console.print)
     console.print(f"wrote {output}/index.html: {len(result.rows)} row(s), "
                   f"{sum(r['status'] != 'pass' for r in result.rows)} failed, {len(result.regressed)} regressed")

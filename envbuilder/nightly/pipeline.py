@@ -145,6 +145,13 @@ def run_row(cfg: RowConfig, progress: Progress, resume: bool = True, children: _
     elif resume and is_current(cfg, children):
         res.status = "resumed"
         progress(f"[{cfg.row}] certificate still matches lock {cfg.lock_sha256()[:12]} and {cfg.tag}: skipped")
+        if "audit" in cfg.steps():  # advisories are published every day, for locks that did not change
+            sr = run_step(cfg, "audit", children)
+            res.steps.append(sr)
+            progress(f"[{cfg.row}] audit: {sr.status}" + (f", exit {sr.exit_code}, log {sr.log}"
+                                                         if sr.status == "failed" else ""))
+            if sr.status == "failed":
+                res.status = "failed"
     else:
         for step in cfg.steps():
             progress(f"[{cfg.row}] {step} …")
@@ -180,6 +187,8 @@ def report_args(opts: NightlyOptions) -> list[str]:
     args = ["report", *(str(out / r / "cert") for r in opts.rows if (out / r / "cert" / "certificate.json").exists()),
             "-o", str(site), "--history", str(opts.history or out / "history.json"), "--locks",
             str(opts.template.locks), "--threshold", f"{opts.threshold_pct:g}", "--gate"]
+    if opts.template.audit and any((out / r / "audit.json").exists() for r in opts.rows):
+        args += ["--audit", str(out)]
     if opts.template.public_key:
         args += ["--key", str(opts.template.public_key)]
     if opts.browser_check:

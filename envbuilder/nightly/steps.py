@@ -2,7 +2,8 @@
 
 Paths per row (OUT = --output, default build/nightly):
     LOCKS/<row>/                 the committed lock (pyproject.toml, uv.lock, envbuilder.lock.json)
-    OUT/<row>/sbom.cdx.json      CycloneDX SBOM of the lock and the image
+    OUT/<row>/audit.json         known vulnerabilities of the lock's packages (envbuilder audit), every night
+    OUT/<row>/sbom.cdx.json      CycloneDX SBOM of the lock and the image, with the audit's vulnerabilities
     OUT/<row>/<row>.sqsh|.sif    exported artifacts
     OUT/<row>/cert/              certificate.json, certificate.dsse.json, report.md, loss curves
     OUT/<row>/logs/<step>.log    each step's output
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 # push comes last: only an image whose certificate verified is pushed (and only with --push)
-STEPS = ("lock-check", "build", "sbom", "export-sqsh", "export-sif", "certify", "verify", "push")
+STEPS = ("lock-check", "audit", "build", "sbom", "export-sqsh", "export-sif", "certify", "verify", "push")
 DEFAULT_TAG = "envbuilder/nightly-{row}:{lock12}"
 
 
@@ -39,6 +40,10 @@ class RowConfig:
     sign_key: Path | None = None
     public_key: Path | None = None
     formats: tuple[str, ...] = ("sqsh", "sif")
+    #: `audit`: an offline OSV database (else the OSV service), and the severity that fails the row
+    audit: bool = True
+    audit_db: Path | None = None
+    audit_fail_on: str = "none"
     lock_args: tuple[str, ...] = field(default=())
     build_args: tuple[str, ...] = field(default=())
     export_args: tuple[str, ...] = field(default=())
@@ -60,6 +65,10 @@ class RowConfig:
     @property
     def sbom(self) -> Path:
         return self.rowdir / "sbom.cdx.json"
+
+    @property
+    def audit_report(self) -> Path:
+        return self.rowdir / "audit.json"
 
     def artifact(self, fmt: str) -> Path:
         return self.rowdir / f"{self.row}.{fmt}"
@@ -84,7 +93,7 @@ class RowConfig:
 
     def steps(self) -> list[str]:
         return [s for s in STEPS if not (s.startswith("export-") and s.removeprefix("export-") not in self.formats)
-                and not (s == "push" and not self.push)]
+                and not (s == "push" and not self.push) and (s != "audit" or self.audit)]
 
 
 def command(cfg: RowConfig, step: str) -> list[str]:
@@ -94,8 +103,12 @@ def command(cfg: RowConfig, step: str) -> list[str]:
     if step == "build":
         return ["build", str(cfg.lockdir), "--tag", cfg.tag, *(["--base", cfg.base] if cfg.base else []),
                 *cfg.build_args]
+    if step == "audit":
+        return ["audit", str(cfg.lockdir), "--json", "-o", str(cfg.audit_report), "--fail-on", cfg.audit_fail_on,
+                *(["--db", str(cfg.audit_db)] if cfg.audit_db else [])]
     if step == "sbom":
-        return ["sbom", str(cfg.lockdir), "--image", cfg.tag, "-o", str(cfg.sbom)]
+        return ["sbom", str(cfg.lockdir), "--image", cfg.tag, "-o", str(cfg.sbom),
+                *(["--audit", str(cfg.audit_report)] if cfg.audit else [])]
     if step.startswith("export-"):
         fmt = step.removeprefix("export-")
         return ["export", cfg.tag, "--format", fmt, "-o", str(cfg.artifact(fmt)), "--lock", str(cfg.lockdir),

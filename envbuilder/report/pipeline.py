@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from envbuilder.atomic import promote_dir, staging_dir, write_atomic
+from envbuilder.audit.report import REPORT_NAME, AuditReport
 from envbuilder.console import dumps
 from envbuilder.errors import EnvbuilderError, ReportInputError
 from envbuilder.lock.lockdir import open_lockdir
@@ -39,6 +40,7 @@ class ReportOptions:
     threshold_pct: float = DEFAULT_THRESHOLD_PCT
     locks: Path | None = None  # a directory of lock directories (locks/<row>/), matched by uv.lock sha256
     public_key: Path | None = None
+    audits: tuple[Path, ...] = ()  # audit reports (files, or directories searched for audit.json), by lock sha256
 
 
 @dataclass
@@ -80,6 +82,27 @@ def _lock_names(locks: dict[str, Path]) -> dict[str, str]:
             if (d / RECORD_NAME).is_file()}
 
 
+def _audits_by_sha(paths: tuple[Path, ...]) -> dict[str, tuple[Path, AuditReport]]:
+    """Audit reports by the uv.lock sha256 they audited; the first of sorted paths wins for one lock."""
+    files: list[Path] = []
+    for p in paths:
+        if p.is_dir():
+            files += [f for f in sorted(p.rglob(REPORT_NAME)) if not any((d / MARKER).exists() for d in f.parents
+                                                                          if d == p or p in d.parents)]
+        elif p.is_file():
+            files.append(p)
+        else:
+            raise ReportInputError(f"--audit {p} does not exist", "pass audit.json files or directories holding them")
+    out: dict[str, tuple[Path, AuditReport]] = {}
+    for f in sorted(files):
+        try:
+            report = AuditReport.read(f)
+        except EnvbuilderError as err:
+            raise ReportInputError(f"--audit {f}: {err.cause}", "pass reports written by envbuilder audit -o") from err
+        out.setdefault(report.lock_sha256, (f, report))
+    return out
+
+
 def _signature(e: CertEntry, public_key: Any) -> str:
     from envbuilder.certify.sign import envelope_path, verify_signature
 
@@ -108,6 +131,7 @@ def build_report(opts: ReportOptions, progress: Progress = lambda _m: None) -> R
     progress(f"read {len(entries)} certificate(s)")
     hist_path = opts.history or out / "history.json"
     history = History.load(hist_path)
+    audits = _audits_by_sha(tuple(opts.audits))
     pub = None
     if opts.public_key is not None:
         from envbuilder.dsse import load_public_key
@@ -117,7 +141,9 @@ def build_report(opts: ReportOptions, progress: Progress = lambda _m: None) -> R
     for e in entries:
         prev = history.previous(e)
         regs = find_regressions(metrics_of(e.cert), prev["metrics"], opts.threshold_pct) if prev else []
-        views.append(RowView(e, prev["certificate_sha256"] if prev else None, regs, _signature(e, pub)))
+        audit = audits.get(str(e.cert.lock_sha256))
+        views.append(RowView(e, prev["certificate_sha256"] if prev else None, regs, _signature(e, pub),
+                             audit=audit[1] if audit else None, audited=bool(audits)))
     for e in entries:
         history.add(e)
     result = ReportResult(out, hist_path, opts.threshold_pct)
@@ -138,6 +164,10 @@ def build_report(opts: ReportOptions, progress: Progress = lambda _m: None) -> R
                     if (lockdir / name).is_file():
                         shutil.copyfile(lockdir / name, page / "lock" / name)
                         v.lock_files.append(f"lock/{name}")
+            audit = audits.get(str(v.entry.cert.lock_sha256))
+            if audit is not None:
+                shutil.copyfile(audit[0], page / REPORT_NAME)
+                v.files.append(REPORT_NAME)
             v.history = history.series(v.entry)
             write_atomic(page / "index.html", render_row(v, opts.threshold_pct))
             result.rows.append({"label": v.entry.label, "row": v.entry.row, "slug": v.entry.slug,
@@ -145,7 +175,8 @@ def build_report(opts: ReportOptions, progress: Progress = lambda _m: None) -> R
                                 "status": v.entry.cert.status, "perf": v.perf, "signature": v.signature,
                                 "certificate": str(v.entry.path), "certificate_sha256": v.entry.sha256,
                                 "previous_sha256": v.previous_sha256,
-                                "regressions": [r.to_dict() for r in v.regressions]})
+                                "regressions": [r.to_dict() for r in v.regressions],
+                                **({"audit": v.audit_summary} if audits else {})})
             progress(f"{v.entry.label}: {v.entry.cert.status}, perf {v.perf}")
         write_atomic(stage / "index.html", render_index(views, opts.threshold_pct))
         inside = hist_path.resolve().parent == out.resolve()

@@ -7,10 +7,13 @@ for colour-blind readers and in a text browser. Pages are deterministic for the 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from html import escape
 from typing import Any
 
+from envbuilder.audit.report import AuditReport
+from envbuilder.audit.severity import Threshold
 from envbuilder.certify.result import CheckResult
 from envbuilder.certify.svgplot import loss_svg
 from envbuilder.report.collect import CertEntry
@@ -50,6 +53,25 @@ class RowView:
     files: list[str] = field(default_factory=list)  # copied beside the row page
     lock_files: list[str] = field(default_factory=list)
     history: list[dict[str, Any]] = field(default_factory=list)
+    audit: AuditReport | None = None  # the audit of this certificate's lock, when one was given
+    audited: bool = False  # audits were given to the report (the grid then has a column for them)
+
+    @property
+    def audit_summary(self) -> dict[str, Any] | None:
+        a = self.audit
+        if a is None:
+            return None
+        return {"findings": len(a.active), "ignored": len(a.findings) - len(a.active),
+                "counts": {k: n for k, n in a.counts.items() if n}, "fail_on": a.fail_on,
+                "failing": len(a.failing(Threshold.parse(a.fail_on))), "database": a.database}
+
+    def vulnerability_text(self) -> str:
+        """'6 high, 2 medium' (most severe first), 'none known', or 'not audited'."""
+        if self.audit is None:
+            return "not audited"
+        counts = [(lvl, n) for lvl, n in reversed(list(self.audit.counts.items())) if n]
+        order = {lvl: i for i, lvl in enumerate(("critical", "high", "medium", "low", "none", "unknown"))}
+        return ", ".join(f"{n} {lvl}" for lvl, n in sorted(counts, key=lambda c: order[c[0]])) or "none known"
 
     @property
     def perf(self) -> str:
@@ -82,6 +104,7 @@ def columns(entries: list[CertEntry]) -> list[str]:
 
 def render_index(views: list[RowView], threshold_pct: float) -> str:
     cols = columns([v.entry for v in views])
+    audited = any(v.audited for v in views)
     head = "".join(f'<th class="check" scope="col">{escape(c)}</th>' for c in cols)
     lines = []
     for v in views:
@@ -90,12 +113,18 @@ def render_index(views: list[RowView], threshold_pct: float) -> str:
         cells = "".join(status_cell(by_name.get(c, "not-run"), c) for c in cols)
         perf_cls = "regressed" if v.regressions else "ok"
         perf = escape(v.perf) + ("".join(f"<br>{escape(r.metric)} −{r.drop_pct:.1f}%" for r in v.regressions))
+        vulns = ""
+        if audited:
+            n = len(v.audit.active) if v.audit else -1
+            cls = "regressed" if n > 0 else "ok" if n == 0 else ""
+            vulns = (f'<td class="{cls}" data-vulnerabilities="{n}">'
+                     f'<a href="rows/{e.slug}/index.html#vulnerabilities">{escape(v.vulnerability_text())}</a></td>')
         lines.append(
             f'<tr data-row="{escape(e.row)}" data-slug="{e.slug}" data-status="{escape(e.cert.status)}">'
             f'<th scope="row"><a href="rows/{e.slug}/index.html">{escape(e.label)}</a></th>'
             + status_cell(e.cert.status, "overall")
             + f'<td class="{perf_cls}" data-perf="{escape(v.perf)}">{perf}</td>'
-            f'<td data-signature="{escape(v.signature)}">{escape(v.signature)}</td>{cells}</tr>')
+            f'<td data-signature="{escape(v.signature)}">{escape(v.signature)}</td>{vulns}{cells}</tr>')
     counts = {s: sum(1 for v in views if v.entry.cert.status == s) for s in ("pass", "fail")}
     regressed = sum(1 for v in views if v.regressions)
     legend = "".join(f'<span class="st-{s}">{SYMBOL[s]} {s}</span>' for s in SYMBOL)
@@ -105,7 +134,9 @@ def render_index(views: list[RowView], threshold_pct: float) -> str:
             f"bus bandwidth against the previous certificate of the row on the same GPU model and count).</p>\n"
             f'<p class="legend">{legend}</p>\n'
             f'<table id="grid"><thead><tr><th scope="col">row · level · GPUs</th><th class="check" scope="col">'
-            f'overall</th><th scope="col">perf</th><th scope="col">signature</th>{head}</tr></thead>\n<tbody>\n'
+            f'overall</th><th scope="col">perf</th><th scope="col">signature</th>'
+            + ('<th scope="col">known vulnerabilities</th>' if audited else "")
+            + f'{head}</tr></thead>\n<tbody>\n'
             + "\n".join(lines) + "\n</tbody></table>\n"
             '<p><a href="history.json">history.json</a> · <a href="dashboard.json">dashboard.json</a></p>')
     return _page("envbuilder certification", body, "style.css")
@@ -169,8 +200,43 @@ def render_row(v: RowView, threshold_pct: float) -> str:
             f"<h2>Loss curves</h2>\n{curves or '<p>no training checks ran</p>'}\n"
             f'<h2>History (same row, same GPU model and count)</h2>\n<table id="history"><thead><tr><th>created</th>'
             f"<th>certificate</th><th>status</th>{hist_head}</tr></thead><tbody>{''.join(hist_rows)}</tbody></table>\n"
-            f"<h2>Files</h2>\n<p>{files or 'none'}</p>\n"
+            + (_vulnerabilities(v) if v.audited else "")
+            + f"<h2>Files</h2>\n<p>{files or 'none'}</p>\n"
             + ("" if v.lock_files else "<p>lock: no lock directory with this lock's sha256 was given "
                "(envbuilder report --locks DIR)</p>\n")
             + f'<h2>Certificate</h2>\n<pre id="certificate">{escape(cert_json)}</pre>')
     return _page(e.label, body, "../../style.css")
+
+
+_SAFE_ID = re.compile(r"[A-Za-z0-9._:-]{1,100}")
+
+
+def _vulnerabilities(v: RowView) -> str:
+    """The audit of the row's lock: every finding, escaped (advisory text is data from a database)."""
+    a = v.audit
+    if a is None:
+        return ('<h2 id="vulnerabilities">Known vulnerabilities</h2>\n<p>not audited: no audit report of this '
+                "lock was given (envbuilder report --audit)</p>\n")
+    db = a.database
+    where = (f"OSV service {db.get('url')}" if db.get("kind") == "osv-service" else
+             f"offline database {db.get('path')} ({db.get('records')} records, newest modified "
+             f"{db.get('newest_modified')}, sha256 {str(db.get('sha256'))[:12]})")
+    rows = []
+    for f in a.findings:
+        ident = (f'<a href="https://osv.dev/vulnerability/{escape(f.id)}">{escape(f.id)}</a>'
+                 if _SAFE_ID.fullmatch(f.id) else escape(f.id))
+        score = f" {f.severity.score:g}" if f.severity.score is not None else ""
+        ignored = ' data-ignored="true"' if f.ignored else ""
+        rows.append(f'<tr data-vuln="{escape(f.id)}" data-severity="{escape(f.severity.level)}"{ignored}>'
+                    f"<td>{escape(f.severity.level + score)}{' (ignored)' if f.ignored else ''}</td>"
+                    f"<td>{escape(f.package)}</td><td>{escape(f.version)}</td><td>{ident}</td>"
+                    f"<td>{escape(' '.join(f.aliases))}</td><td>{escape(f.fixed_text)}</td>"
+                    f"<td>{escape(f.summary)}</td></tr>")
+    table = ('<table id="vulnerability-table"><thead><tr><th>severity</th><th>package</th><th>version</th>'
+             "<th>id</th><th>aliases</th><th>fixed in</th><th>summary</th></tr></thead><tbody>"
+             + "".join(rows) + "</tbody></table>") if rows else "<p>no known vulnerability</p>"
+    problems = (f"<p>{len(a.problems)} advisory range(s) could not be evaluated (audit.json, 'problems')</p>"
+                if a.problems else "")
+    return (f'<h2 id="vulnerabilities">Known vulnerabilities</h2>\n<p>{escape(v.vulnerability_text())} in '
+            f"{a.packages} locked package versions; database: {escape(where)}; --fail-on {escape(a.fail_on)}</p>\n"
+            f"{table}\n{problems}\n")

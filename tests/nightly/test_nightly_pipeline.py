@@ -58,15 +58,19 @@ def test_local_nightly_path_on_cpu_with_the_smoke_row(smoke_lockdir: Path, smoke
               "--locks", str(locks), "--tag", "envbuilder-test/{row}:{lock12}", "--base", debian_base_image,
               "--build-arg=--no-scan", "--export-arg=--compression", "--export-arg=none",
               "--sign", keys["private"], "--key", keys["public"], *lock_args,
-              "--browser-check", "--json"]
+              "--browser-check", "--json",
+              # the audit against the committed offline OSV database (the OSV service is not reachable here)
+              "--audit-db", str(REPO / "tests" / "audit" / "data" / "osv")]
     run = _envbuilder("nightly", "run", *common)
     assert run.returncode == 0, run.stderr[-6000:]
     summary = json.loads(run.stdout)
     row = summary["rows"][0]
     assert row["status"] == "certified" and row["tag"] == smoke_image, row
     steps = {s["step"]: s["status"] for s in row["steps"]}
-    assert steps == {"lock-check": "ok", "build": "cached", "sbom": "ok", "export-sqsh": "ok", "export-sif": "ok",
-                     "certify": "ok", "verify": "ok"}
+    assert steps == {"lock-check": "ok", "audit": "ok", "build": "cached", "sbom": "ok", "export-sqsh": "ok",
+                     "export-sif": "ok", "certify": "ok", "verify": "ok"}
+    audit = json.loads((out / "smoke" / "audit.json").read_text())
+    assert audit["row"] == "smoke" and audit["database"]["kind"] == "offline" and audit["fail_on"] == "none"
     assert summary["report"]["status"] == "ok"
 
     cert_dir = out / "smoke" / "cert"
@@ -79,6 +83,7 @@ def test_local_nightly_path_on_cpu_with_the_smoke_row(smoke_lockdir: Path, smoke
     assert "torch" in {c["name"] for c in sbom["components"]}  # from uv export of the lock (a local wheel: no purl)
     assert any(p.startswith("pkg:pypi/einops@") for p in purls)
     assert any(p.startswith("pkg:deb/debian/python3") for p in purls)  # from the image's dpkg database
+    assert len(sbom["vulnerabilities"]) == len(audit["findings"])  # the audit's findings, in CycloneDX
     assert (out / "smoke" / "smoke.sqsh").stat().st_size > 0 and (out / "smoke" / "smoke.sif").stat().st_size > 0
 
     # the DSSE statement's subject is the image digest; verify-cert --key holds and rejects an edit
@@ -98,6 +103,8 @@ def test_local_nightly_path_on_cpu_with_the_smoke_row(smoke_lockdir: Path, smoke
     assert "signed ✓" in index
     row_page = (site / "rows" / json.loads((site / "dashboard.json").read_text())["rows"][0]["slug"] / "index.html")
     assert 'data-curve="pretrain:torch-gpt-cpu-dp2"' in row_page.read_text()  # the CPU pretrain's loss curve
+    assert 'id="vulnerabilities"' in row_page.read_text() and "known vulnerabilities" in index
+    assert (row_page.parent / "audit.json").is_file()
     browser = json.loads((site / "dashboard.json").read_text())
     assert browser["rows"][0]["status"] == "pass"
     shot = out / "dashboard.png"
@@ -110,7 +117,8 @@ def test_local_nightly_path_on_cpu_with_the_smoke_row(smoke_lockdir: Path, smoke
     # a re-run resumes: the certificate still matches lock and image, so nothing is rebuilt or re-certified
     again = _envbuilder("nightly", "run", *common)
     assert again.returncode == 0, again.stderr[-4000:]
-    assert json.loads(again.stdout)["rows"][0]["status"] == "resumed"
+    resumed = json.loads(again.stdout)["rows"][0]
+    assert resumed["status"] == "resumed" and [s["step"] for s in resumed["steps"]] == ["audit"]  # every night
 
     # an edited certificate no longer verifies against its signature
     (cert_dir / "certificate.json").write_text(json.dumps({**cert, "level": 2}, indent=2, sort_keys=True) + "\n")

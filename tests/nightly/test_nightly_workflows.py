@@ -65,7 +65,7 @@ def test_workflow_shapes() -> None:
     assert cert["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.matrix) }}"
     assert cert["runs-on"] == "${{ matrix.runner }}"
     steps = [st.get("run", "") for st in cert["steps"]]
-    order = ["lock-check", "build", "sbom", "export-sqsh", "export-sif", "certify", "verify", "push"]
+    order = ["lock-check", "audit", "build", "sbom", "export-sqsh", "export-sif", "certify", "verify", "push"]
     assert [s.split("STEP=")[1] for s in steps if "STEP=" in s] == order
     assert any("upload-artifact" in st.get("uses", "") for st in cert["steps"])
     # the signing key is given to the certify step alone (not the job, so not the build or export)

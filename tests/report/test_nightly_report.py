@@ -214,3 +214,40 @@ def test_a_certificate_of_an_overridden_lock_is_labelled_with_the_lock(tmp_path:
     # without the lock the report cannot tell, and says the row; a new certificate names its lock itself
     plain = build_report(ReportOptions([BENCH / "certify-26.04-h100"], tmp_path / "plain"))
     assert plain.rows[0]["row"] == "v2.7.3"
+
+
+def test_dashboard_shows_each_rows_audit_escaped(tmp_path: Path) -> None:
+    """report --audit: a row whose certificate's lock was audited shows its findings (count on the grid, a table
+    on its page, audit.json beside it); a row without one says so; advisory text is escaped, and an id that is
+    not a plain OSV id gets no link."""
+    from dataclasses import replace
+
+    from envbuilder.audit import AuditOptions, OfflineDatabase, Threshold, run_audit
+
+    lock = REPO / "locks" / "v2.3.0"
+    audit = run_audit(AuditOptions(lock, OfflineDatabase.open(REPO / "tests" / "audit" / "data" / "osv"),
+                                   Threshold.parse("high")))
+    hostile = replace(audit.findings[0], id='X"><script>alert(1)</script>', summary="<img src=x onerror=alert(2)>")
+    audit = replace(audit, findings=(*audit.findings, hostile))
+    (tmp_path / "audits").mkdir()
+    (tmp_path / "audits" / "audit.json").write_text(audit.to_json(), encoding="utf-8")
+    h100 = json.loads(H100.read_text())
+    audited = _night(tmp_path, "a", {**h100, "lock_sha256": audit.lock_sha256})
+    other = _night(tmp_path, "b", h100, gpu="NVIDIA H200")
+    res = build_report(ReportOptions([audited, other], tmp_path / "site", audits=(tmp_path / "audits",)))
+    by_sha = {r["certificate_sha256"]: r for r in res.rows}
+    row = next(r for r in res.rows if r["audit"] is not None)
+    assert row["audit"]["findings"] == 9 and row["audit"]["failing"] == 7 and row["audit"]["fail_on"] == "high"
+    assert sum(r["audit"] is None for r in by_sha.values()) == 1
+    index = (tmp_path / "site" / "index.html").read_text()
+    assert "known vulnerabilities" in index and 'data-vulnerabilities="9"' in index and "not audited" in index
+    page_dir = tmp_path / "site" / "rows" / row["slug"]
+    page = (page_dir / "index.html").read_text()
+    assert (page_dir / "audit.json").read_text() == audit.to_json()
+    assert '<a href="https://osv.dev/vulnerability/GHSA-38jv-5279-wg99">GHSA-38jv-5279-wg99</a>' in page
+    assert "<script>" not in page and "<img src=x" not in page and "&lt;img src=x" in page
+    assert 'href="https://osv.dev/vulnerability/X' not in page  # the hostile id is text, not a link
+    # without --audit the dashboard has no audit column (and its golden bytes stay as they were)
+    plain = build_report(ReportOptions([audited], tmp_path / "plain"))
+    assert "audit" not in plain.rows[0]
+    assert "known vulnerabilities" not in (tmp_path / "plain" / "index.html").read_text()
