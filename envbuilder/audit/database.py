@@ -97,7 +97,10 @@ class OfflineDatabase:
     sha256: str = ""
     records: int = 0
     newest_modified: str = ""
-    _by_package: dict[str, list[Advisory]] = field(default_factory=dict)
+    #: records by the canonical names of the PyPI packages they affect: parsed (and checked field by field) only
+    #: when a lock asks for one of those packages, so a full export reads in the time of its JSON
+    _raw: dict[str, list[tuple[str, dict[str, Any]]]] = field(default_factory=dict)
+    _parsed: dict[str, list[Advisory]] = field(default_factory=dict)
     _withdrawn: int = 0
 
     @classmethod
@@ -127,17 +130,33 @@ class OfflineDatabase:
         return db
 
     def _add(self, rec: Any, where: str) -> None:
-        try:
-            adv = parse_advisory(rec, where)
-        except RecordError as exc:
-            raise AuditDatabaseError(f"--db {self.path}: {exc}", _DB_FIX) from exc
+        if not isinstance(rec, dict) or not isinstance(rec.get("id"), str):
+            raise AuditDatabaseError(f"--db {self.path}: {where}: not an OSV record (an object with a string 'id')",
+                                     _DB_FIX)
         self.records += 1
-        self.newest_modified = max(self.newest_modified, adv.modified)
-        if adv.withdrawn:
+        modified = rec.get("modified")
+        if isinstance(modified, str):
+            self.newest_modified = max(self.newest_modified, modified)
+        if rec.get("withdrawn"):
             self._withdrawn += 1
             return
-        for name in adv.packages:
-            self._by_package.setdefault(name, []).append(adv)
+        affected = rec.get("affected")
+        names = set()
+        for aff in affected if isinstance(affected, list) else []:
+            pkg = aff.get("package") if isinstance(aff, dict) else None
+            if isinstance(pkg, dict) and pkg.get("ecosystem") == ECOSYSTEM and isinstance(pkg.get("name"), str):
+                names.add(canonicalize_name(pkg["name"]))
+        for name in names:
+            self._raw.setdefault(name, []).append((where, rec))
+
+    def _advisories(self, name: str) -> list[Advisory]:
+        if name not in self._parsed:
+            try:
+                self._parsed[name] = sorted((parse_advisory(rec, where) for where, rec in self._raw.get(name, [])),
+                                            key=lambda a: a.id)
+            except RecordError as exc:
+                raise AuditDatabaseError(f"--db {self.path}: {exc}", _DB_FIX) from exc
+        return self._parsed[name]
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "offline", "path": str(self.path), "format": self.format, "sha256": self.sha256,
@@ -145,7 +164,7 @@ class OfflineDatabase:
 
     def lookup(self, packages: list[tuple[str, str]], progress: Progress) -> Lookup:
         names = {canonicalize_name(n) for n, _v in packages}
-        return Lookup({n: sorted(self._by_package.get(n, []), key=lambda a: a.id) for n in sorted(names)})
+        return Lookup({n: self._advisories(n) for n in sorted(names)})
 
 
 def _sha256_file(path: Path) -> str:

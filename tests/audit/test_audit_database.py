@@ -60,9 +60,10 @@ def test_the_committed_database(osv_db: Path, tmp_path: Path) -> None:
     ("bad.json", "{not json", "not valid JSON"),
     ("nan.json", '{"id": "X", "modified": NaN}', "NaN, which is not JSON"),
     ("dup.json", '{"id": "X", "id": "Y"}', "twice in one object"),
-    ("noid.json", '{"summary": "x"}', "'id'"),
+    ("noid.json", '{"summary": "x"}', "not an OSV record"),
     ("empty.jsonl", "\n\n", "holds no OSV records"),
-    ("list.jsonl", '[{"id": "X"}]\n', "not a JSON object"),
+    ("list.jsonl", '[{"id": "X"}]\n', "not an OSV record"),
+    ("noid.jsonl", '{"id": 7}\n', "not an OSV record"),
     ("db.txt", '{"id": "X"}', "not a zip, a .jsonl or a .json"),
 ])
 def test_malformed_databases_are_refused(tmp_path: Path, name: str, content: str, cause: str) -> None:
@@ -104,3 +105,16 @@ def test_a_broken_zip_and_oversized_members_are_refused(tmp_path: Path, record: 
 def test_a_missing_database(tmp_path: Path) -> None:
     with pytest.raises(AuditDatabaseError, match="does not exist"):
         OfflineDatabase.open(tmp_path / "nope.zip")
+
+
+def test_a_malformed_record_is_refused_when_a_lock_needs_it(tmp_path: Path, record: Rec) -> None:
+    # records are checked field by field when a lock asks for their package (a full export reads in the time of
+    # its JSON); a record the audit uses is never half-read
+    bad = {**record("PYSEC-2026-1996"), "affected": [{"package": {"ecosystem": "PyPI", "name": "urllib3"},
+                                                      "versions": [1]}]}
+    p = tmp_path / "db.jsonl"
+    p.write_text(json.dumps(bad) + "\n" + json.dumps(record("PYSEC-2026-2286")) + "\n", encoding="utf-8")
+    db = OfflineDatabase.open(p)
+    assert [a.id for a in db.lookup([("torch", "2.7.0")], lambda _m: None).by_package["torch"]] == ["PYSEC-2026-2286"]
+    with pytest.raises(AuditDatabaseError, match="'versions' must be a list of strings"):
+        db.lookup([("urllib3", "1.26.20")], lambda _m: None)
