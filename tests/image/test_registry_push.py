@@ -16,7 +16,7 @@ import ssl
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -70,9 +70,9 @@ def _files(*roots: Path) -> Iterable[tuple[str, bytes]]:
 
 @pytest.fixture(scope="module")
 def pushed(registry_server: RegistryServer, smoke_lockdir: Path, smoke_image: str, debian_base_image: str,
-           tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]:
     """`build --push` of the smoke image (BuildKit-cached: the build is the fixture's), with credentials
-    only in a Docker config the engine client reads."""
+    only in a Docker config the engine client reads. The registry's tags on the local image are removed after."""
     reg = registry_server
     d = tmp_path_factory.mktemp("push")
     env = {**os.environ, "DOCKER_CONFIG": str(reg.docker_config(d / "docker"))}
@@ -80,8 +80,14 @@ def pushed(registry_server: RegistryServer, smoke_lockdir: Path, smoke_image: st
     ref = reg.ref(REPO, "pushed")
     proc = _cli(["build", str(smoke_lockdir), "--tag", smoke_image, "--base", debian_base_image, "--no-scan",
                  "--push", ref, "--log", str(log), "--json"], env)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return {"proc": proc, "log": log, "ref": ref, "env": env, "dir": d, "report": json.loads(proc.stdout)}
+    try:
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        yield {"proc": proc, "log": log, "ref": ref, "env": env, "dir": d, "report": json.loads(proc.stdout)}
+    finally:
+        tags = engine.inspect(engine.client(), smoke_image).get("RepoTags") or []
+        for t in tags:
+            if t.startswith(reg.host + "/"):
+                subprocess.run(["docker", "image", "rm", t], capture_output=True)
 
 
 def test_build_push_records_the_registry_digest(pushed: dict[str, object], registry_server: RegistryServer,
@@ -166,3 +172,21 @@ def test_push_without_credentials_is_a_typed_auth_error(pushed: dict[str, object
     exp = _cli(["export", registry_server.ref(REPO, "no-such-tag"), "-o", str(tmp_path / "x.sqsh")], wrong)
     assert exp.returncode == 36, exp.stderr
     assert not (tmp_path / "x.sqsh").exists() and "not-the-password" not in exp.stderr
+
+
+def test_nightly_push_step_records_the_digest(pushed: dict[str, object], registry_server: RegistryServer,
+                                              smoke_lockdir: Path, smoke_image: str, tmp_path: Path) -> None:
+    """`nightly step push` (the workflow's last step): NAMESPACE/<tag's name>:<tag>, recorded in <row>/push.json."""
+    reg = registry_server
+    env = pushed["env"]
+    assert isinstance(env, dict)
+    proc = _cli(["nightly", "step", "push", "--row", smoke_lockdir.name, "--locks", str(smoke_lockdir.parent),
+                 "--tag", smoke_image, "-o", str(tmp_path), "--push", f"{reg.host}/nightly"], env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    name, _, tag = smoke_image.rsplit("/", 1)[-1].partition(":")
+    record = json.loads((tmp_path / smoke_lockdir.name / "push.json").read_text())
+    assert record["reference"] == f"{reg.host}/nightly/{name}:{tag}"
+    assert record["digest"] == _registry_digest(reg, f"nightly/{name}", tag)
+    for where, data in _files(tmp_path):
+        _assert_absent(_needles(reg), where, [data])
+    _assert_absent(_needles(reg), "nightly step output", [proc.stdout.encode(), proc.stderr.encode()])
