@@ -1,8 +1,9 @@
 """`envbuilder audit LOCKDIR`: every locked package version against an OSV database.
 
-The lock is read through the lock layer (`LockRecord` binds the report to the uv.lock it hashes;
-`read_uv_lock` lists the packages). Every package uv locked from an index is audited, on every
-platform the lock covers: the project itself (a virtual or local source) is not a PyPI release.
+The lock is read through the lock layer (`open_lockdir`, the one door to a lock directory, binds the
+report to the uv.lock it hashes; `read_uv_lock` lists the packages). Every package uv locked from an
+index is audited, on every platform the lock covers: the project itself (a virtual or local source) is
+not a PyPI release.
 """
 
 from __future__ import annotations
