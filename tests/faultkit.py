@@ -43,6 +43,35 @@ def offline_index(directory: Path) -> Path:
     return directory
 
 
+def make_sdist(directory: Path, name: str, version: str) -> Path:
+    """A tiny real sdist (PKG-INFO, setup.py and one .cu file, so the lock's CUDA-source check holds)."""
+    import io
+    import tarfile
+
+    dist = f"{name.replace('-', '_')}-{version}"
+    path = directory / f"{dist}.tar.gz"
+    files = {f"{dist}/PKG-INFO": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\nRequires-Dist: torch\n",
+             f"{dist}/setup.py": f"from setuptools import setup\nsetup(name={name!r}, version={version!r})\n",
+             f"{dist}/csrc/kernel.cu": "__global__ void k() {}\n"}
+    with tarfile.open(path, "w:gz", format=tarfile.PAX_FORMAT) as tar:
+        for key, text in sorted(files.items()):
+            info = tarfile.TarInfo(key)
+            info.size, info.mtime, info.mode = len(text.encode()), 1577836800, 0o644
+            tar.addfile(info, io.BytesIO(text.encode()))
+    return path
+
+
+def hashed_index(directory: Path) -> Path:
+    """The smoke row's wheels and its stage-2 sdist (causal-conv1d) with an index.html whose links carry
+    #sha256= fragments: served over HTTP, uv locks them with URLs and hashes, so `bundle` can fetch them."""
+    offline_index(directory)
+    make_sdist(directory, "causal-conv1d", "1.6.2.post1")
+    links = "".join(f'<a href="{p.name}#sha256={hashlib.sha256(p.read_bytes()).hexdigest()}">{p.name}</a>\n'
+                    for p in sorted(directory.iterdir()) if p.suffix in (".whl", ".gz"))
+    (directory / "index.html").write_text(f"<html><body>\n{links}</body></html>\n")
+    return directory
+
+
 def offline_env(index: Path, cache: Path) -> dict[str, str]:
     return {"UV_NO_INDEX": "1", "UV_FIND_LINKS": str(index), "UV_CACHE_DIR": str(cache), "UV_OFFLINE": "1"}
 

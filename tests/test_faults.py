@@ -23,9 +23,10 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
-from faultkit import OFFLINE_LOCK_ARGS, offline_env, offline_index, snapshot
+from faultkit import OFFLINE_LOCK_ARGS, hashed_index, offline_env, offline_index, snapshot
 
 from envbuilder.cli import main
 
@@ -61,6 +62,22 @@ class Kit:
     tmp: Path
     lock: Path  # a real lock directory (uv lock against the offline index), the user's copy
     env: dict[str, str]
+    request: pytest.FixtureRequest | None = None
+
+    def bundle(self, split: bool = False) -> Path:
+        """A copy of a real bundle (`envbuilder bundle` of a lock with hashed URLs), unsplit or split."""
+        assert self.request is not None
+        masters: dict[str, Path] = self.request.getfixturevalue("bundle_master")
+        dest = self.tmp / ("split-bundle" if split else "bundle")
+        if not dest.exists():
+            shutil.copytree(masters["split" if split else "unsplit"], dest)
+        return dest
+
+    def venv_beside(self) -> tuple[Path, Path]:
+        """(the venv path an install writes, a user file beside it that must survive)."""
+        victim = self.tmp / "victim.txt"
+        victim.write_text("the user's file beside the venv\n")
+        return self.tmp / "venv", victim
 
 
 @dataclass
@@ -84,8 +101,29 @@ def built_lock(tmp_path_factory: pytest.TempPathFactory, offline: dict[str, str]
     return out
 
 
+@pytest.fixture(scope="session")
+def bundle_master(tmp_path_factory: pytest.TempPathFactory, http_server: Any) -> dict[str, Path]:
+    """A lock of the smoke row (with its stage-2 sdist) against a hashed index on the session's HTTP server,
+    and its bundle twice: as a directory and split into parts. Made once; tests damage copies."""
+    hashed_index(http_server.root / "faultkit")
+    root = tmp_path_factory.mktemp("bundle-master")
+    env = {**os.environ, "UV_NO_INDEX": "1", "UV_FIND_LINKS": f"{http_server.url}/faultkit/index.html",
+           "UV_CACHE_DIR": str(root / "uv-cache")}
+    env.pop("UV_OFFLINE", None)
+    out = {"lock": root / "lock", "unsplit": root / "bundle", "split": root / "split", "cache": root / "cache"}
+    for args in (["lock", "--nemo", "smoke", "--no-detect", "-o", str(out["lock"])],
+                 ["bundle", str(out["lock"]), "-o", str(out["unsplit"]), "--cache-dir", str(out["cache"])],
+                 ["bundle", str(out["lock"]), "-o", str(out["split"]), "--split", "1M", "--cache-dir",
+                  str(out["cache"])]):
+        proc = subprocess.run([sys.executable, "-m", "envbuilder", *args], env=env, capture_output=True, text=True,
+                              cwd=REPO, check=False, timeout=600)
+        assert proc.returncode == 0, proc.stderr
+    return out
+
+
 @pytest.fixture()
-def kit(tmp_path: Path, built_lock: Path, offline: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Kit:
+def kit(tmp_path: Path, built_lock: Path, offline: dict[str, str], monkeypatch: pytest.MonkeyPatch,
+        request: pytest.FixtureRequest) -> Kit:
     for k, v in offline.items():
         monkeypatch.setenv(k, v)
     monkeypatch.delenv("SSL_CERT_FILE", raising=False)
@@ -93,7 +131,7 @@ def kit(tmp_path: Path, built_lock: Path, offline: dict[str, str], monkeypatch: 
     lock = tmp_path / "lk"
     shutil.copytree(built_lock, lock)
     (lock / "NOTES.md").write_text("my notes\n")
-    return Kit(tmp_path, lock, offline)
+    return Kit(tmp_path, lock, offline, request)
 
 
 # --- helpers that damage a copy of the lock the way a user (or a disk) might ----------------------
@@ -178,6 +216,82 @@ def _damage_inodes(k: Kit, comp: str, at: int, data: bytes) -> Path:
     raw[start + at: start + at + len(data)] = data
     img.write_bytes(bytes(raw))
     return img
+
+
+def _manifest(bundle: Path, edit: Callable[[dict[str, Any]], object], *, resum: bool = True) -> None:
+    """Edit a bundle's manifest the way an attacker covering their tracks would: SHA256SUMS follows."""
+    path = bundle / "envbuilder-bundle.json"
+    doc = json.loads(path.read_text())
+    edit(doc)
+    text = json.dumps(doc, indent=2, sort_keys=True) + "\n"
+    path.write_text(text)
+    sums = bundle / "SHA256SUMS"
+    if resum and sums.is_file():
+        digest = hashlib.sha256(text.encode()).hexdigest()
+        lines = [ln for ln in sums.read_text().splitlines() if not ln.endswith("  envbuilder-bundle.json")]
+        sums.write_text("".join(f"{ln}\n" for ln in lines) + f"{digest}  envbuilder-bundle.json\n")
+
+
+def _sdist_entry(doc: dict[str, Any]) -> dict[str, Any]:
+    return next(p for p in doc["packages"] if p["kind"] == "sdist")
+
+
+def _install(k: Kit, bundle: Path, *extra: str) -> Case:
+    venv, _victim = k.venv_beside()
+    return Case(["install", str(bundle), "--venv", str(venv), *extra], [k.tmp])
+
+
+def _install_edited(k: Kit, edit: Callable[[dict[str, Any]], object], *, resum: bool = True) -> Case:
+    bundle = k.bundle()
+    _manifest(bundle, edit, resum=resum)
+    return _install(k, bundle)
+
+
+def _index(bundle: Path, edit: Callable[[dict[str, Any]], object]) -> None:
+    path = bundle / "envbuilder-bundle.parts.json"
+    doc = json.loads(path.read_text())
+    edit(doc)
+    path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+
+
+def _install_split(k: Kit, edit: Callable[[dict[str, Any]], object]) -> Case:
+    bundle = k.bundle(split=True)
+    _index(bundle, edit)
+    return _install(k, bundle)
+
+
+def _retar(k: Kit, members: dict[str, bytes]) -> Case:
+    """A split bundle whose one part is a tar of `members`, with the index rehashed to match."""
+    import io
+    import tarfile
+
+    bundle = k.bundle(split=True)
+    for p in bundle.glob("bundle.tar.*"):
+        p.unlink()
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    raw = buf.getvalue()
+    _raw_part(bundle, raw)
+    return _install(k, bundle)
+
+
+def _raw_part(bundle: Path, raw: bytes) -> None:
+    (bundle / "bundle.tar.000").write_bytes(raw)
+    digest = hashlib.sha256(raw).hexdigest()
+    _index(bundle, lambda d: d.update(parts=[{"name": "bundle.tar.000", "size": len(raw), "sha256": digest}],
+                                      tar_sha256=digest, tar_size=len(raw)))
+
+
+def _not_tar(k: Kit) -> Case:
+    bundle = k.bundle(split=True)
+    for p in bundle.glob("bundle.tar.*"):
+        p.unlink()
+    _raw_part(bundle, b"this hashes correctly but is no tar\n" * 100)
+    return _install(k, bundle)
 
 
 def _lock(*extra: str) -> list[str]:
@@ -359,7 +473,78 @@ CASES: dict[str, tuple[Callable[[Kit], Case], int, str]] = {
                                                  "--gpus-per-node", "8", "--gpu-memory-gib", "-1"]), 22,
                                  "must be positive"),
     "parallel-unknown-recipe": (lambda k: Case(["check-parallel", "--from-nemo-recipe", "nope"]), 23, "nope"),
+    # install: every name from the manifest is a plain name, and the manifest is bound to the lock it installs
+    "install-manifest-sdist-traversal": (lambda k: _install_edited(
+        k, lambda d: _sdist_entry(d).update(file="../../../victim.txt")), 67, "not a plain name"),
+    "install-manifest-sdist-absolute": (lambda k: _install_edited(
+        k, lambda d: _sdist_entry(d).update(file="/etc/passwd")), 67, "not a plain name"),
+    "install-manifest-files-key-traversal": (lambda k: _install_edited(
+        k, lambda d: d["files"].update({"../escape.whl": {"sha256": "a" * 64, "size": 1}})), 67, "../escape.whl"),
+    "install-manifest-prebuilt-traversal": (lambda k: _install_edited(
+        k, lambda d: d.update(prebuilt=[{"package": "x", "version": "1", "sdist": "x-1.tar.gz",
+                                         "sdist_sha256": "a" * 64, "wheel": "../../victim.txt", "sha256": "b" * 64}])),
+        67, "not a plain name"),
+    "install-manifest-lock-mismatch": (lambda k: _install_edited(k, lambda d: d.update(lock_sha256="f" * 64)), 67,
+                                       "names lock ffffffffffff"),
+    "install-manifest-row-mismatch": (lambda k: _install_edited(k, lambda d: d.update(row="v2.3.0")), 67,
+                                      "row 'v2.3.0'"),
+    "install-manifest-python-path": (lambda k: _install_edited(k, lambda d: d.update(python="/tmp/evil/python")),
+                                     67, "python"),
+    "install-manifest-stage2-added": (lambda k: _install_edited(
+        k, lambda d: d.update(stage2_packages=["causal-conv1d", "evil"])), 67, "stage2_packages"),
+    "install-manifest-unsummed-edit": (lambda k: _install_edited(k, lambda d: d.update(glibc="2.99"), resum=False),
+                                       65, "SHA256SUMS"),
+    "install-manifest-files-list": (lambda k: _install_edited(k, lambda d: d.update(files=[])), 67,
+                                    "field 'files' is a list of 0, not an object"),
+    "install-manifest-schema-string": (lambda k: _install_edited(k, lambda d: d.update(schema="1")), 67,
+                                       "field 'schema'"),
+    "install-manifest-size-string": (lambda k: _install_edited(
+        k, lambda d: next(iter(d["files"].values())).update(size="12")), 67, ".size' is the string"),
+    "install-manifest-packages-not-list": (lambda k: _install_edited(k, lambda d: d.update(packages={"a": 1})), 67,
+                                           "field 'packages'"),
+    "install-manifest-not-json": (lambda k: _with_bundle(k, lambda b: (b / "envbuilder-bundle.json").write_text("{x")),
+                                  67, "not valid JSON"),
+    "install-manifest-array": (lambda k: _with_bundle(k, lambda b: (b / "envbuilder-bundle.json").write_text("[]")),
+                               67, "not a JSON object"),
+    "install-manifest-deep": (lambda k: _with_bundle(k, lambda b: (b / "envbuilder-bundle.json").write_text(
+        "[" * 50000 + "]" * 50000)), 122, "nests deeper"),
+    "install-manifest-endless": (lambda k: _with_bundle(k, lambda b: _replace_with_link(
+        b / "envbuilder-bundle.json", "/dev/zero")), 121, "larger than"),
+    "install-manifest-duplicate-key": (lambda k: _with_bundle(k, lambda b: (b / "envbuilder-bundle.json").write_text(
+        '{"schema": 1, "schema": 1}')), 67, "twice"),
+    "install-split-part-name-traversal": (lambda k: _install_split(
+        k, lambda d: d["parts"][0].update(name="../../victim.txt")), 67, "not a bundle part name"),
+    "install-split-manifest-sha": (lambda k: _install_split(k, lambda d: d.update(manifest_sha256="c" * 64)), 65,
+                                   "manifest_sha256"),
+    "install-split-tar-sha": (lambda k: _install_split(k, lambda d: d.update(tar_sha256="d" * 64)), 65,
+                              "tar_sha256"),
+    "install-split-lock-mismatch": (lambda k: _install_split(k, lambda d: d.update(lock_sha256="e" * 64)), 67,
+                                    "eeeeeeeeeeee"),
+    "install-split-index-parts-string": (lambda k: _install_split(k, lambda d: d.update(parts="bundle.tar.000")),
+                                         67, "field 'parts'"),
+    "install-split-size-negative": (lambda k: _install_split(k, lambda d: d["parts"][0].update(size=-1)), 67,
+                                    "outside >= 0"),
+    "install-split-not-tar": (lambda k: _not_tar(k), 67, "not a tar"),
+    "install-split-member-traversal": (lambda k: _retar(k, {"../../victim.txt": b"owned\n"}), 67,
+                                       "not a plain relative file"),
+    "install-split-member-absolute": (lambda k: _retar(k, {"/tmp/owned.txt": b"owned\n"}), 67,
+                                      "not a plain relative file"),
+    "install-split-member-twice": (lambda k: _retar(k, {"lock/uv.lock": b"a", "./lock/uv.lock": b"b"}), 67,
+                                   "twice"),
+    "install-split-index-endless": (lambda k: _with_bundle(k, lambda b: _replace_with_link(
+        b / "envbuilder-bundle.parts.json", "/dev/zero"), split=True), 121, "larger than"),
 }
+
+
+def _with_bundle(k: Kit, damage: Callable[[Path], object], split: bool = False) -> Case:
+    bundle = k.bundle(split=split)
+    damage(bundle)
+    return _install(k, bundle)
+
+
+def _replace_with_link(path: Path, target: str) -> None:
+    path.unlink()
+    path.symlink_to(target)
 
 
 def _with(k: Kit, damage: Callable[[], object], args: list[str]) -> Case:
@@ -517,3 +702,22 @@ def test_interpreter_failure_gets_an_interpreter_fix() -> None:
 
     advice = troubleshoot("error: No interpreter found for Python >=3.11, <3.12 in managed installations")
     assert advice is not None and "uv python install" in advice.fix
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_the_real_bundle_installs_and_records_its_own_lock(kit: Kit, split: bool) -> None:
+    """The checks refuse the damaged bundles above and nothing else: the bundle as made installs."""
+    bundle = kit.bundle(split=split)
+    venv, victim = kit.venv_beside()
+    res = run_cli(["install", str(bundle), "--venv", str(venv), "--json"])
+    assert res.code == 0, res.err
+    lock = json.loads((bundle / "envbuilder-bundle.parts.json" if split else bundle / "envbuilder-bundle.json")
+                      .read_text())["lock_sha256"]
+    record = json.loads((venv / "envbuilder-install.json").read_text())
+    assert record["lock_sha256"] == lock and record["row"] == "smoke"
+    assert [p.name for p in (venv / "envbuilder-sdists").iterdir()] == ["causal_conv1d-1.6.2.post1.tar.gz"]
+    assert victim.read_text() == "the user's file beside the venv\n"
+    assert not [p for p in kit.tmp.iterdir() if p.name.startswith(".venv")]  # no staging left
+    if not split:  # sha256sum -c accepts the checksum file, manifest line included
+        ok = subprocess.run(["sha256sum", "--quiet", "-c", "SHA256SUMS"], cwd=bundle, capture_output=True, text=True)
+        assert ok.returncode == 0, ok.stdout + ok.stderr

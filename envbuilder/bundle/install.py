@@ -24,9 +24,15 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from envbuilder.atomic import guard_output_dir, promote_dir, staging_dir, write_atomic
+from envbuilder.bundle.manifest import MANIFEST, BundleManifest, read_manifest
 from envbuilder.bundle.parts import PARTS_INDEX, extract_parts, read_index, verify_parts
-from envbuilder.bundle.pipeline import MANIFEST
-from envbuilder.errors import BundleInvalidError, BundlePartMissingError, InvalidOptionError, OfflineInstallError
+from envbuilder.errors import (
+    BundleInvalidError,
+    BundlePartMissingError,
+    HashMismatchError,
+    InvalidOptionError,
+    OfflineInstallError,
+)
 from envbuilder.host.torchprobe import RecordedTorch, probe_torch
 from envbuilder.jsonread import Fields
 from envbuilder.kernels import WHEELHOUSE_RECORD, read_wheelhouse
@@ -34,6 +40,7 @@ from envbuilder.kernels.files import verify
 from envbuilder.kernels.torchenv import check_host_torch
 from envbuilder.lock.installset import export_requirements
 from envbuilder.lock.lockdir import open_lockdir
+from envbuilder.lock.record import LockRecord
 from envbuilder.lock.uvrun import uv_binary, uv_env
 
 Progress = Callable[[str], None]
@@ -69,24 +76,30 @@ class InstallResult:
                 "timings": {k: round(v, 3) for k, v in sorted(self.timings.items())}}
 
 
-def verify_tree(tree: Path) -> dict[str, Any]:
-    """The manifest, after checking every file it lists; typed errors name the first problems."""
-    try:
-        manifest: dict[str, Any] = json.loads((tree / MANIFEST).read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise BundleInvalidError(f"{tree} is not an envbuilder bundle (no {MANIFEST} or {PARTS_INDEX})",
-                                 "pass the directory `envbuilder bundle -o` wrote") from exc
-    except json.JSONDecodeError as exc:
-        raise BundleInvalidError(f"{tree / MANIFEST} is not valid JSON", "copy the bundle again") from exc
-    files = manifest.get("files", {})
-    missing = sorted(rel for rel in files if not (tree / rel).is_file())
+def verify_tree(tree: Path, manifest_sha256: str | None = None, lock_sha256: str | None = None
+                ) -> tuple[BundleManifest, LockRecord]:
+    """The manifest, after checking its own hash, every file it lists and its binding to the lock it carries.
+
+    `manifest_sha256` / `lock_sha256`: what a split bundle's parts index says they are.
+    """
+    manifest = read_manifest(tree)
+    where = f"bundle manifest {tree / MANIFEST}"
+    if manifest_sha256 is not None and manifest.sha256 != manifest_sha256:
+        raise HashMismatchError(f"{where} has sha256 {manifest.sha256[:12]}…, the parts index's manifest_sha256 is "
+                                f"{manifest_sha256[:12]}…", "copy every part and the index again")
+    if lock_sha256 is not None and lock_sha256 != manifest.lock_sha256:
+        raise BundleInvalidError(f"the parts index names lock {lock_sha256[:12]}, the manifest lock "
+                                 f"{manifest.lock_sha256[:12]}", "copy every part and the index again")
+    manifest.check_references(where)
+    missing = sorted(rel for rel in manifest.files if not (tree / rel).is_file())
     if missing:
         raise BundlePartMissingError(f"{len(missing)} bundle file(s) missing: {', '.join(missing[:5])}",
                                      "copy the whole bundle directory again", missing=missing)
-    for rel, entry in sorted(files.items()):
-        verify(tree / rel, entry["sha256"], f"bundle file {rel}")
-    open_lockdir(tree / "lock")  # the lock's own hashes (pyproject, uv.lock, lock-dir wheels)
-    return manifest
+    for rel, (sha, _size) in sorted(manifest.files.items()):
+        verify(tree / rel, sha, f"bundle file {rel}")
+    record = open_lockdir(tree / "lock").record  # the lock's own hashes (pyproject, uv.lock, wheels), recomputed
+    manifest.bind_to_lock(record, where)
+    return manifest, record
 
 
 def _run(cmd: list[str], cwd: Path, env: dict[str, str], what: str) -> None:
@@ -140,32 +153,33 @@ def run_install(opts: InstallOptions, progress: Progress = lambda _: None) -> In
                             "a venv envbuilder installed", "--venv")
     venv.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".{venv.name}.bundle.", dir=venv.parent) as tmp:
-        if (bundle / PARTS_INDEX).is_file():
+        bound: dict[str, str | None] = {"manifest_sha256": None, "lock_sha256": None}
+        if (bundle / PARTS_INDEX).is_file() or (bundle / PARTS_INDEX).is_symlink():
             index = read_index(bundle)
-            progress(f"checking {len(index['parts'])} parts")
+            progress(f"checking {len(index.parts)} parts")
             parts = verify_parts(bundle, index)
             progress("reassembling the bundle")
             tree = Path(tmp) / "bundle"
-            extract_parts(parts, tree)
+            extract_parts(parts, tree, index.tar_sha256)
+            bound = {"manifest_sha256": index.manifest_sha256, "lock_sha256": index.lock_sha256}
         else:
             tree = bundle
         timings["reassemble"] = time.monotonic() - t0
         t = time.monotonic()
         progress("verifying every file's sha256")
-        manifest = verify_tree(tree)
+        manifest, record = verify_tree(tree, **bound)
         timings["verify"] = time.monotonic() - t
         # the stage-2 packages built from sdists (by `envbuilder wheels`); those the bundle carries
         # as index wheels (transformer-engine-cuXX) install like everything else
-        wheeled = {canonicalize_name(p["name"]) for p in manifest.get("packages", []) if p.get("kind") == "wheel"}
-        stage2 = [n for n in manifest.get("stage2_packages", []) if canonicalize_name(n) not in wheeled]
-        python = opts.python or str(manifest["python"])
+        wheeled = {canonicalize_name(p.name) for p in manifest.packages if p.kind == "wheel"}
+        stage2 = [n for n in manifest.stage2_packages if canonicalize_name(n) not in wheeled]
+        python = opts.python or manifest.python
         env = {**uv_env(None), **OFFLINE_ENV}
-        prebuilt = manifest.get("prebuilt") or []
-        reqs = export_requirements(tree / "lock", ["compile"] if manifest.get("stage2_packages") else [],
-                                   no_emit=stage2 + [pb["package"] for pb in prebuilt])
+        reqs = export_requirements(tree / "lock", ["compile"] if manifest.stage2_packages else [],
+                                   no_emit=stage2 + [pb.package for pb in manifest.prebuilt])
         # a prebuilt wheel replaces its sdist: hash-pinned to the wheel the bundle recorded
-        reqs += "".join(f"{(tree / 'files' / pb['wheel']).resolve()} --hash=sha256:{pb['sha256']}\n"
-                        for pb in prebuilt)
+        reqs += "".join(f"{(tree / 'files' / pb.wheel).resolve()} --hash=sha256:{pb.sha256}\n"
+                        for pb in manifest.prebuilt)
         wh = opts.wheelhouse or (tree / "wheelhouse" if (tree / "wheelhouse" / WHEELHOUSE_RECORD).is_file() else None)
         extra_lines: list[str] = []
         missing = list(stage2)
@@ -181,7 +195,7 @@ def run_install(opts: InstallOptions, progress: Progress = lambda _: None) -> In
             _run(cmd, tree, env, f"uv venv --python {python}")
             if opts.system_site_packages:
                 _see_host_venv(python, staging / "v")
-            host = (manifest.get("host_torch") or None)
+            host = manifest.host_torch
             if host:
                 if not opts.system_site_packages:
                     raise InvalidOptionError("this bundle's lock keeps the interpreter's torch (--mode host-torch)",
@@ -197,23 +211,22 @@ def run_install(opts: InstallOptions, progress: Progress = lambda _: None) -> In
             _run(cmd, tree / "lock", env, "uv pip install (offline)")
             timings["install"] = time.monotonic() - t
             installed = sorted(set(stage2) - set(missing))
-            write_atomic(staging / "v" / INSTALL_RECORD, json.dumps({
-                "lock_sha256": manifest["lock_sha256"], "row": manifest.get("row"), "python": python,
+            write_atomic(staging / "v" / INSTALL_RECORD, json.dumps({  # the lock recomputed, not the manifest's word
+                "lock_sha256": record.lock_sha256, "row": record.row, "python": python,
                 "system_site_packages": opts.system_site_packages, "stage2_installed": installed,
                 "stage2_missing": missing}, indent=2, sort_keys=True) + "\n")
             shutil.copytree(tree / "lock", staging / "v" / "envbuilder-lock")
             # the stage-2 sdists stay beside the venv, so `envbuilder wheels --sdists` can build them
             # against this interpreter's torch later (a split bundle is unpacked only for the install)
-            for p in manifest.get("packages", []):
+            for p in manifest.packages:  # p.file is a plain name (read_manifest)
                 # sdists and git-tag sources (packed archives) alike
-                if p.get("kind") in ("sdist", "git") and \
-                        canonicalize_name(p["name"]) in {canonicalize_name(n) for n in stage2}:
+                if p.kind in ("sdist", "git") and canonicalize_name(p.name) in {canonicalize_name(n) for n in stage2}:
                     (staging / "v" / SDISTS_DIR).mkdir(exist_ok=True)
-                    shutil.copy2(tree / "files" / p["file"], staging / "v" / SDISTS_DIR / p["file"])
+                    shutil.copy2(tree / "files" / p.file, staging / "v" / SDISTS_DIR / p.file)
             promote_dir(staging / "v", venv)
     if missing:
         progress(f"warning: stage-2 packages not installed (no wheel for them): {', '.join(missing)}; build them "
                  f"with `envbuilder wheels` and re-run install with --wheelhouse")
     n = sum(1 for ln in reqs.splitlines() if ln and not ln.startswith(" ")) + len(extra_lines)
-    return InstallResult(venv, manifest["lock_sha256"], n, sorted(set(stage2) - set(missing)), missing,
+    return InstallResult(venv, record.lock_sha256, n, sorted(set(stage2) - set(missing)), missing,
                          time.monotonic() - t0, timings)

@@ -15,12 +15,15 @@ import json
 import re
 import tarfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from envbuilder.atomic import write_atomic
 from envbuilder.errors import BundleInvalidError, BundlePartMissingError, HashMismatchError, InvalidOptionError
+from envbuilder.jsonread import read_object
 from envbuilder.lock.record import sha256_file
+from envbuilder.safetext import plain_relpath_problem, printable
 
 PARTS_INDEX = "envbuilder-bundle.parts.json"
 PART_PREFIX = "bundle.tar."
@@ -112,41 +115,65 @@ def write_parts(src: Path, out: Path, size: int, meta: dict[str, Any], mtime: in
     return index
 
 
-def read_index(bundle: Path) -> dict[str, Any]:
+PART_NAME = re.compile(re.escape(PART_PREFIX) + r"\d{3,6}")
+_INDEX_FIX = "copy the bundle's index file again, or re-make the bundle with `envbuilder bundle --split`"
+
+
+@dataclass(frozen=True)
+class PartsIndex:
+    """envbuilder-bundle.parts.json, checked: every part a `bundle.tar.NNN` name with its size and sha256."""
+
+    lock_sha256: str
+    manifest_sha256: str
+    tar_sha256: str
+    parts: list[dict[str, Any]]  # {"name", "size", "sha256"}
+
+
+def read_index(bundle: Path) -> PartsIndex:
     path = bundle / PARTS_INDEX
-    try:
-        index: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise BundleInvalidError(f"{path} cannot be read: {exc}", "copy the bundle's index file again") from exc
-    if index.get("schema") != SCHEMA or not isinstance(index.get("parts"), list):
-        raise BundleInvalidError(f"{path} is not an envbuilder bundle index (schema {index.get('schema')})",
-                                 "make the bundle with this envbuilder version")
-    return index
+    doc = read_object(path, what="bundle parts index", error=BundleInvalidError, fix=_INDEX_FIX)
+    schema = doc.integer("schema")
+    if schema != SCHEMA:
+        doc.fail("schema", f"is {schema}, not {SCHEMA}: make the bundle with this envbuilder version")
+    parts = []
+    for part in doc.objs("parts"):
+        name = part.string("name", max_len=64)
+        if not PART_NAME.fullmatch(name):
+            part.fail("name", f"{printable(name)!r} is not a bundle part name (bundle.tar.NNN)")
+        parts.append({"name": name, "size": part.integer("size", min=0), "sha256": part.sha256("sha256")})
+    if not parts:
+        doc.fail("parts", "is empty")
+    if len({p["name"] for p in parts}) != len(parts):
+        doc.fail("parts", "names one part twice")
+    return PartsIndex(doc.sha256("lock_sha256"), doc.sha256("manifest_sha256"), doc.sha256("tar_sha256"), parts)
 
 
-def verify_parts(bundle: Path, index: dict[str, Any]) -> list[Path]:
+def verify_parts(bundle: Path, index: PartsIndex) -> list[Path]:
     """Every part present with its recorded size and sha256, or one error naming all that are not."""
-    missing = [p["name"] for p in index["parts"] if not (bundle / p["name"]).is_file()]
+    missing = [p["name"] for p in index.parts if not (bundle / p["name"]).is_file()]
     if missing:
         raise BundlePartMissingError(
-            f"{len(missing)} of {len(index['parts'])} bundle parts missing in {bundle}: {', '.join(missing)}",
+            f"{len(missing)} of {len(index.parts)} bundle parts missing in {bundle}: {', '.join(missing)}",
             "copy every bundle.tar.NNN part named in envbuilder-bundle.parts.json into the bundle directory",
             missing=missing)
     bad = []
-    for p in index["parts"]:
+    for p in index.parts:
         f = bundle / p["name"]
         if f.stat().st_size != p["size"] or sha256_file(f) != p["sha256"]:
             bad.append(p["name"])
     if bad:
         raise HashMismatchError(f"bundle part(s) damaged (size or sha256 differs from the index): {', '.join(bad)}",
                                 "copy these parts again from the machine that made the bundle", damaged=bad)
-    return [bundle / p["name"] for p in index["parts"]]
+    return [bundle / p["name"] for p in index.parts]
 
 
 class _Concat(io.RawIOBase):
+    """The parts read one after another as one stream, hashed on the way (the index's tar_sha256)."""
+
     def __init__(self, paths: list[Path]) -> None:
         self._paths: Iterator[Path] = iter(paths)
         self._fh: io.BufferedReader | None = None
+        self.sha256 = hashlib.sha256()
 
     def readable(self) -> bool:
         return True
@@ -160,22 +187,39 @@ class _Concat(io.RawIOBase):
                 self._fh = open(nxt, "rb")  # noqa: SIM115 (closed when exhausted)
             n = self._fh.readinto(b)
             if n:
+                self.sha256.update(memoryview(b)[:n])
                 return n
             self._fh.close()
             self._fh = None
 
 
-def extract_parts(parts: list[Path], dest: Path) -> None:
-    """Stream the concatenated parts through tar into dest (only regular files, no absolute paths)."""
-    with tarfile.open(fileobj=io.BufferedReader(_Concat(parts), 1 << 20), mode="r|") as tar:
-        for member in tar:
-            if not member.isfile() or member.name.startswith("/") or ".." in Path(member.name).parts:
-                raise BundleInvalidError(f"bundle member {member.name!r} is not a plain relative file",
-                                         "make the bundle with envbuilder bundle")
-            target = dest / member.name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            src = tar.extractfile(member)
-            assert src is not None
-            with open(target, "wb") as fh:
-                while chunk := src.read(1 << 20):
-                    fh.write(chunk)
+def extract_parts(parts: list[Path], dest: Path, tar_sha256: str | None = None) -> None:
+    """Stream the concatenated parts through tar into dest: only regular files, each a relative path of
+    plain names, each once; then the whole stream's sha256 must be the index's tar_sha256."""
+    bad = "make the bundle with envbuilder bundle"
+    stream = _Concat(parts)
+    seen: set[str] = set()
+    try:
+        with tarfile.open(fileobj=io.BufferedReader(stream, 1 << 20), mode="r|") as tar:
+            for member in tar:
+                name = member.name.removeprefix("./")
+                if not member.isfile() or plain_relpath_problem(name) is not None:
+                    raise BundleInvalidError(f"bundle member {printable(member.name)!r} is not a plain relative file",
+                                             bad)
+                if name in seen:
+                    raise BundleInvalidError(f"bundle member {printable(name)!r} is in the parts twice", bad)
+                seen.add(name)
+                target = dest / name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                src = tar.extractfile(member)
+                assert src is not None
+                with open(target, "xb") as fh:
+                    while chunk := src.read(1 << 20):
+                        fh.write(chunk)
+            while stream.readinto(bytearray(1 << 16)):  # the tar's zero blocks after the last member
+                pass
+    except (tarfile.TarError, EOFError) as exc:
+        raise BundleInvalidError(f"the bundle parts are not a tar archive ({exc})", bad) from None
+    if tar_sha256 is not None and stream.sha256.hexdigest() != tar_sha256:
+        raise HashMismatchError(f"the reassembled bundle has sha256 {stream.sha256.hexdigest()[:12]}…, the parts "
+                                f"index's tar_sha256 is {tar_sha256[:12]}…", "copy every part and the index again")

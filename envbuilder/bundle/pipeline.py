@@ -24,6 +24,7 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from envbuilder.atomic import guard_output_dir, promote_dir, staging_dir, write_atomic
+from envbuilder.bundle.manifest import MANIFEST, SCHEMA, SUMS, sums_text
 from envbuilder.bundle.parts import PARTS_INDEX, write_parts
 from envbuilder.bundle.plan import LOCK_FILES, PlannedFile, plan_files
 from envbuilder.bundle.prebuild import Prebuilt, prebuild
@@ -33,9 +34,6 @@ from envbuilder.lock.lockdir import open_lockdir
 from envbuilder.lock.record import sha256_file
 
 Progress = Callable[[str], None]
-MANIFEST = "envbuilder-bundle.json"
-SUMS = "SHA256SUMS"
-SCHEMA = 1
 
 
 @dataclass
@@ -178,7 +176,7 @@ def make_bundle(opts: BundleOptions, progress: Progress = lambda _: None) -> Bun
         }
         text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
         write_atomic(tree / MANIFEST, text)
-        write_atomic(tree / SUMS, "".join(f"{e['sha256']}  {rel}\n" for rel, e in sorted(entries.items())))
+        write_atomic(tree / SUMS, sums_text(text.encode(), entries))
         size = sum(e["size"] for e in entries.values())
         parts = None
         if opts.split:

@@ -163,15 +163,18 @@ def _tree(root: Path) -> Path:
     return root
 
 
+META = {"lock_sha256": "a" * 64, "manifest_sha256": "b" * 64}
+
+
 def test_parts_roundtrip_deterministic(tmp_path: Path) -> None:
     src = _tree(tmp_path / "src")
     for out in ("p1", "p2"):
         (tmp_path / out).mkdir()
-        write_parts(src, tmp_path / out, 2**20, {"lock_sha256": "x"})
+        write_parts(src, tmp_path / out, 2**20, META)
     i1, i2 = read_index(tmp_path / "p1"), read_index(tmp_path / "p2")
-    assert i1 == i2 and len(i1["parts"]) >= 3
+    assert i1 == i2 and len(i1.parts) >= 3
     parts = verify_parts(tmp_path / "p1", i1)
-    extract_parts(parts, tmp_path / "back")
+    extract_parts(parts, tmp_path / "back", i1.tar_sha256)  # the whole stream's sha256 is checked too
     assert (tmp_path / "back" / "files" / "big.bin").read_bytes() == (src / "files" / "big.bin").read_bytes()
 
 
@@ -179,12 +182,12 @@ def test_missing_and_corrupt_parts_are_typed(tmp_path: Path) -> None:
     src = _tree(tmp_path / "src")
     out = tmp_path / "p"
     out.mkdir()
-    index = write_parts(src, out, 2**20, {})
+    index = write_parts(src, out, 2**20, META)
     (out / index["parts"][1]["name"]).unlink()
     with pytest.raises(BundlePartMissingError) as missing:
         verify_parts(out, read_index(out))
     assert index["parts"][1]["name"] in missing.value.cause
-    write_parts(src, out, 2**20, {})
+    write_parts(src, out, 2**20, META)
     damaged = out / index["parts"][0]["name"]
     data = bytearray(damaged.read_bytes())
     data[100] ^= 0xFF
