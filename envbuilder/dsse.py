@@ -12,16 +12,19 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envbuilder.atomic import write_atomic
-from envbuilder.errors import EnvbuilderError, SignatureInvalidError, SigningKeyError
+from envbuilder.errors import EnvbuilderError, InvalidOptionError, SignatureInvalidError, SigningKeyError
+from envbuilder.safetext import plain_name_problem, printable
 
 #: the payload type of an in-toto statement
 IN_TOTO_PAYLOAD_TYPE = "application/vnd.in-toto+json"
@@ -107,23 +110,90 @@ def load_public_key(path: Path) -> Any:
     return key
 
 
+def key_paths(directory: Path, name: str) -> tuple[Path, Path]:
+    """DIR/NAME.key and DIR/NAME.pub, for a plain, visible NAME (never '', '.x', '..' or 'a/b')."""
+    problem = plain_name_problem(name)
+    if problem is not None:
+        raise InvalidOptionError(f"--name {printable(name)!r} is not a key name: it {problem}",
+                                 "pass a plain name such as envbuilder-signing (letters, digits, ._+-)")
+    return Path(directory) / f"{name}.key", Path(directory) / f"{name}.pub"
+
+
 def generate_keypair(private: Path, public: Path) -> KeyPair:
-    """Write a new ed25519 pair (private 0600); never overwrites an existing key."""
+    """Write a new ed25519 pair (private 0600); never overwrites an existing key.
+
+    Two runs at once cannot mix their halves: the directory is locked (flock) for the check and the
+    writes, each file appears whole and only if it did not exist (a hard link of a complete temp file,
+    which fails with EEXIST), and a run that fails removes what it made (the directory too, if new).
+    """
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    for p in (private, public):
-        if p.exists():
-            raise SigningKeyError(f"{p} exists; a new key would orphan every signature made with it",
-                                  "remove it yourself if you mean to rotate keys, or choose another path")
-    key = Ed25519PrivateKey.generate()
-    private.parent.mkdir(parents=True, exist_ok=True)
-    public.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(private, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                            serialization.NoEncryption()), mode=0o600)
-    write_atomic(public, key.public_key().public_bytes(serialization.Encoding.PEM,
-                                                       serialization.PublicFormat.SubjectPublicKeyInfo))
+    private, public = Path(private), Path(public)
+    directories = sorted({private.parent, public.parent})  # locked in one order: two runs never deadlock
+    created = [d for directory in directories for d in _make_dirs(directory)]
+    made: list[Path] = []
+    fds: list[int] = []
+    try:
+        try:
+            for directory in directories:
+                fds.append(os.open(directory, os.O_RDONLY | os.O_DIRECTORY))
+                fcntl.flock(fds[-1], fcntl.LOCK_EX)
+            for p in (private, public):
+                if p.exists() or p.is_symlink():
+                    raise SigningKeyError(f"{p} exists; a new key would orphan every signature made with it",
+                                          "remove it yourself if you mean to rotate keys, or choose another path")
+            key = Ed25519PrivateKey.generate()
+            _write_new(private, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                  serialization.NoEncryption()), 0o600)
+            made.append(private)
+            _write_new(public, key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                             serialization.PublicFormat.SubjectPublicKeyInfo), 0o644)
+            made.append(public)
+        finally:
+            for fd in fds:
+                os.close(fd)  # drops the flock
+    except BaseException:
+        for p in made:
+            with contextlib.suppress(OSError):
+                p.unlink()
+        for d in reversed(created):
+            with contextlib.suppress(OSError):
+                d.rmdir()  # only when still empty
+        raise
     return KeyPair(private, public, keyid_of(key.public_key()))
+
+
+def _make_dirs(directory: Path) -> list[Path]:
+    """mkdir -p; returns the directories it created, outermost first."""
+    missing = []
+    d = directory
+    while not d.exists():
+        missing.append(d)
+        d = d.parent
+    for m in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(m, 0o755)
+    return list(reversed(missing))
+
+
+def _write_new(path: Path, data: bytes, mode: int) -> None:
+    """Create `path` with `data`, whole, only if it does not exist (EEXIST otherwise, never a replace)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            os.fchmod(fh.fileno(), mode)
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            raise SigningKeyError(f"{path} appeared while this key was made (another keygen run?)",
+                                  "keep the pair that run made, or choose another --name") from None
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
 
 
 def pae(payload_type: str, body: bytes) -> bytes:

@@ -17,9 +17,9 @@ from envbuilder.console import emit_json, stderr_console
 @json_option("Print the paths and key id as JSON on stdout.")
 def keygen(output: Path, name: str, as_json: bool) -> None:
     """Create an ed25519 key pair: NAME.key (private, mode 0600) and NAME.pub. Never overwrites."""
-    from envbuilder.dsse import generate_keypair
+    from envbuilder.dsse import generate_keypair, key_paths
 
-    pair = generate_keypair(output / f"{name}.key", output / f"{name}.pub")
+    pair = generate_keypair(*key_paths(output, name))
     console = stderr_console()
     console.print(f"wrote {pair.private} (private: store it as the CI secret ENVBUILDER_SIGNING_KEY, "
                   f"never commit it) and {pair.public} (public: commit it); key id {pair.keyid[:12]}…")
