@@ -84,6 +84,7 @@ class Kit:
 class Case:
     args: list[str]
     watch: list[Path] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
 
 
 @pytest.fixture(scope="session")
@@ -531,9 +532,96 @@ CASES: dict[str, tuple[Callable[[Kit], Case], int, str]] = {
                                       "not a plain relative file"),
     "install-split-member-twice": (lambda k: _retar(k, {"lock/uv.lock": b"a", "./lock/uv.lock": b"b"}), 67,
                                    "twice"),
+    # report: the dashboard's inputs are typed before anything is rendered; every float is finite
+    "report-history-metric-script": (lambda k: _report(k, history=_history(**{
+        "tokens_per_s:pretrain": "<script>alert(1)</script>"})), 93, "not a finite number"),
+    "report-history-metric-nan": (lambda k: _report(k, history=_history(**{"tokens_per_s:pretrain": float("nan")})),
+                                  93, "NaN"),
+    "report-history-entries-object": (lambda k: _report(k, history={"schema": 1, "entries": {}}), 93,
+                                      "field 'entries'"),
+    "report-history-schema-string": (lambda k: _report(k, history={"schema": "1", "entries": []}), 93,
+                                     "field 'schema'"),
+    "report-history-row-list": (lambda k: _report(k, history={"schema": 1, "entries": [{"row": ["x"]}]}), 93,
+                                "entries[0].row"),
+    "report-history-deep": (lambda k: _report(k, history="[" * 100_000 + "]" * 100_000), 122, "nests deeper"),
+    "report-history-endless": (lambda k: Case(["report", str(_cert(k)), "-o", str(k.tmp / "site"), "--history",
+                                               str(_linked(k, "h.json", "/dev/zero"))], [k.tmp]), 121, "larger than"),
+    "report-history-binary": (lambda k: _report(k, history=b"\xff\xfe\x00"), 93, "not UTF-8"),
+    "report-cert-level-string": (lambda k: _report(k, cert=_cert(k, level="2")), 93, "field 'level'"),
+    "report-cert-host-list": (lambda k: _report(k, cert=_cert(k, host=["gpu"])), 93, "field 'host'"),
+    "report-cert-gpu-count-string": (lambda k: _report(k, cert=_cert(k, host={"gpu_count": "2"})), 93,
+                                     "host.gpu_count"),
+    "report-cert-losses-strings": (lambda k: _report(k, cert=_cert(k, checks=[
+        {"name": "pretrain", "status": "pass", "losses": ["a", "b"]}])), 93, "losses[0]"),
+    "report-cert-status-number": (lambda k: _report(k, cert=_cert(k, status=1)), 93, "field 'status'"),
+    "report-cert-deep": (lambda k: Case(["report", str(_deep(k, "certificate.json")), "-o", str(k.tmp / "site")],
+                                        [k.tmp]), 122, "nests deeper"),
+    "report-cert-endless": (lambda k: Case(["report", str(_linked(k, "certificate.json", "/dev/zero")), "-o",
+                                            str(k.tmp / "site")], [k.tmp]), 93, "not a regular file"),
+    "report-threshold-nan": (lambda k: _report(k, "--gate", "--threshold", "nan"), 2, "finite"),
+    "report-threshold-inf": (lambda k: _report(k, "--gate", "--threshold", "inf"), 2, "--threshold"),
+    "report-threshold-env-nan": (lambda k: _report(k, "--gate", env={"ENVBUILDER_REPORT_THRESHOLD": "nan"}), 2,
+                                 "finite"),
+    "nightly-run-threshold-nan": (lambda k: Case(["nightly", "run", "--threshold", "nan", "--rows", "smoke", "-o",
+                                                  str(k.tmp / "n")], [k.tmp]), 2, "finite"),
+    "check-parallel-memory-env-nan": (lambda k: Case(["check-parallel", "--from-nemo-recipe", "llama3_8b",
+                                                      "--gpus-per-node", "8"], [k.tmp],
+                                                     {"ENVBUILDER_CHECK_PARALLEL_GPU_MEMORY_GIB": "nan"}), 22,
+                                      "not a finite number"),
+    # keygen: a plain, visible name
+    "keygen-name-empty": (lambda k: _keygen(k, ""), 18, "--name"),
+    "keygen-name-hidden": (lambda k: _keygen(k, ".signing"), 18, "hidden"),
+    "keygen-name-slash": (lambda k: _keygen(k, "a/b"), 18, "separator"),
+    "keygen-name-dotdot": (lambda k: _keygen(k, ".."), 18, "--name"),
+    "keygen-name-newline": (lambda k: _keygen(k, "a\nb"), 18, "--name"),
+    # nightly step: the row is checked before anything is created
+    "nightly-step-row-traversal": (lambda k: _nightly_step(k, "../../x"), 18, "--row"),
+    "nightly-step-row-absolute": (lambda k: _nightly_step(k, "/tmp/x"), 18, "--row"),
+    "nightly-step-row-unknown": (lambda k: _nightly_step(k, "v9.9.9"), 10, "v9.9.9"),
     "install-split-index-endless": (lambda k: _with_bundle(k, lambda b: _replace_with_link(
         b / "envbuilder-bundle.parts.json", "/dev/zero"), split=True), 121, "larger than"),
 }
+
+
+def _report(k: Kit, *extra: str, history: object = None, env: dict[str, str] | None = None,
+            cert: Path | None = None) -> Case:
+    """`report CERT -o site [--history H] EXTRA`, with a history file written first when given."""
+    args = ["report", str(cert or _cert(k)), "-o", str(k.tmp / "site")]
+    if history is not None:
+        h = k.tmp / "history.json"
+        if isinstance(history, (bytes, str)):
+            h.write_bytes(history if isinstance(history, bytes) else history.encode())
+        else:
+            h.write_text(json.dumps(history))
+        args += ["--history", str(h)]
+    return Case([*args, *extra], [k.tmp], env or {})
+
+
+def _history(**metrics: object) -> dict[str, object]:
+    return {"schema": 1, "entries": [{"row": "smoke", "gpu_model": "cpu", "gpu_count": 0, "level": 0,
+                                      "status": "pass", "certificate_sha256": "0" * 64, "lock_sha256": None,
+                                      "created": "2026-01-01T00:00:00Z", "metrics": metrics}]}
+
+
+def _linked(k: Kit, name: str, target: str) -> Path:
+    p = k.tmp / name
+    p.symlink_to(target)
+    return p
+
+
+def _deep(k: Kit, name: str, n: int = 100_000) -> Path:
+    p = k.tmp / name
+    p.write_text('{"a":' * n + "1" + "}" * n)
+    return p
+
+
+def _keygen(k: Kit, name: str) -> Case:
+    return Case(["keygen", "-o", str(k.tmp / "keys"), "--name", name], [k.tmp])
+
+
+def _nightly_step(k: Kit, row: str) -> Case:
+    return Case(["nightly", "step", "lock-check", "--row", row, "-o", str(k.tmp / "out" / "nightly"), "--locks",
+                 str(k.tmp / "locks")], [k.tmp])
 
 
 def _with_bundle(k: Kit, damage: Callable[[Path], object], split: bool = False) -> Case:
@@ -595,7 +683,10 @@ def test_fault(case_id: str, kit: Kit) -> None:
     case = setup(kit)
     watched = case.watch or [kit.lock]
     before = snapshot(*watched)
-    res = run_cli(case.args)
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in case.env.items():
+            mp.setenv(k, v)
+        res = run_cli(case.args)
     assert res.code == code, f"exit {res.code}, want {code}\n{res.err}"
     assert "Traceback" not in res.err + res.out
     lines = [ln for ln in res.err.splitlines() if ln.strip() and not ln.startswith("  | ")]

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from envbuilder.cli.options import json_option
+from envbuilder.cli.options import json_option, threshold_option
 from envbuilder.console import emit_json, stderr_console
 from envbuilder.errors import NightlyRowsFailedError
 
@@ -63,13 +63,16 @@ def _config(row: str, level: int, output: Path, locks: Path, tag_template: str, 
     from envbuilder.audit.severity import Threshold
     from envbuilder.image.reference import ImageReference
     from envbuilder.matrix import load_matrix
-    from envbuilder.nightly.plan import row_flag
+    from envbuilder.nightly.plan import check_row, row_flag
     from envbuilder.nightly.steps import RowConfig
 
+    matrix = load_matrix()
+    if row:  # a plain name and a matrix row, before anything is created under OUT/<row>/
+        check_row(matrix, row)
     if push:  # checked before any row runs: REGISTRY/NAMESPACE must make a valid reference with a row's name
         ImageReference.parse(f"{push.rstrip('/')}/nightly-row:tag", "--push")
     Threshold.parse(audit_fail_on)  # refused here (exit 18), not in every row's audit step
-    flag = row_flag(load_matrix(), row) if row else "--nemo"
+    flag = row_flag(matrix, row) if row else "--nemo"
     return RowConfig(row=row, row_flag=flag, level=level, output=output, locks=locks, tag_template=tag_template,
                      base=base, cpu=cpu, train_steps=train_steps, sign_key=sign_key, public_key=public_key,
                      formats=tuple(f for f in formats.replace(",", " ").split() if f),
@@ -106,8 +109,7 @@ def plan(rows: str | None, level: int, include_test: bool) -> None:
 @click.option("--site", type=click.Path(path_type=Path, file_okay=False), help="Dashboard (default OUTPUT/site).")
 @click.option("--history", type=click.Path(path_type=Path, dir_okay=False),
               help="History file (default OUTPUT/history.json).")
-@click.option("--threshold", "threshold_pct", type=click.FloatRange(0, 100), default=10.0, show_default=True,
-              help="Regression gate: percent drop against the previous certificate of the row, same GPU model.")
+@threshold_option("Regression gate: percent drop against the previous certificate of the row, same GPU model.")
 @click.option("--browser-check", is_flag=True, help="report --browser-check (headless Chromium).")
 @_row_options
 @json_option("Print the summary as JSON on stdout.")

@@ -137,3 +137,24 @@ def lock_dir_input(*, positional: bool = False, required: bool = False, exists: 
         return out
 
     return deco
+
+
+class FiniteFloat(click.FloatRange):
+    """A float option that is a real number: NaN and infinities are refused (click's FloatRange lets NaN
+    through every bound, so `--threshold nan` would switch a gate off). Every float option uses it."""
+
+    name = "finite float"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        import math
+
+        out = super().convert(value, param, ctx)
+        if isinstance(out, float) and not math.isfinite(out):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return out
+
+
+def threshold_option(help: str) -> Callable[[F], F]:
+    """--threshold: the regression gate's percent drop (report and nightly run)."""
+    return click.option("--threshold", "threshold_pct", type=FiniteFloat(0, 100), default=10.0, show_default=True,
+                        help=help)

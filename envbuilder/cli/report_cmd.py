@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from envbuilder.cli.options import json_option
+from envbuilder.cli.options import json_option, threshold_option
 from envbuilder.console import emit_json, stderr_console
 from envbuilder.errors import DashboardBrowserError, RegressionError
 
@@ -17,9 +17,8 @@ from envbuilder.errors import DashboardBrowserError, RegressionError
               help="Site directory (replaced whole; refuses a directory that is not a dashboard).")
 @click.option("--history", type=click.Path(path_type=Path, dir_okay=False),
               help="History file read and extended (default: OUTPUT/history.json; a copy always lands there).")
-@click.option("--threshold", "threshold_pct", type=click.FloatRange(0, 100), default=10.0, show_default=True,
-              help="Regression threshold: percent drop in tokens/s, GEMM TFLOP/s or NCCL busbw against the "
-                   "previous certificate of the row on the same GPU model.")
+@threshold_option("Regression threshold: percent drop in tokens/s, GEMM TFLOP/s or NCCL busbw against the "
+                  "previous certificate of the row on the same GPU model.")
 @click.option("--gate", is_flag=True, help="Exit 94 when any row regressed (after writing the site).")
 @click.option("--locks", type=click.Path(path_type=Path, file_okay=False),
               help="Directory of lock directories (locks/<row>/); a row page links the lock whose uv.lock "

@@ -14,6 +14,7 @@ from typing import Any
 
 from envbuilder.errors import InvalidOptionError, UnknownTagError
 from envbuilder.matrix import Matrix
+from envbuilder.safetext import plain_name_problem, printable
 
 #: labels used when the variable is unset: level 0 needs no GPU, 1 one GPU, 2 several
 DEFAULT_RUNNERS: dict[int, list[str]] = {
@@ -64,6 +65,9 @@ def make_plan(matrix: Matrix, rows: list[str] | None, level: int, env: Mapping[s
     env = os.environ if env is None else env
     known = matrix.names(include_test=True)
     if rows:
+        for r in rows:
+            if plain_name_problem(r) is not None:
+                check_row(matrix, r, "--rows")
         unknown = [r for r in rows if r not in known]
         if unknown:
             raise UnknownTagError(f"unknown row(s) {', '.join(unknown)}; known: {', '.join(known)}",
@@ -73,6 +77,20 @@ def make_plan(matrix: Matrix, rows: list[str] | None, level: int, env: Mapping[s
         chosen = matrix.names(include_test=include_test)
     labels = runner_for(level, env)
     return Plan([PlanRow(r, level, labels) for r in chosen])
+
+
+def check_row(matrix: Matrix, name: str, flag: str = "--row") -> str:
+    """A row named on the command line: a plain name (it becomes OUT/<row>/) and a row of the matrix,
+    checked before anything is created."""
+    problem = plain_name_problem(name)
+    if problem is not None:
+        raise InvalidOptionError(f"{flag} {printable(name)!r} is not a row name: it {problem}",
+                                 "pick a row from `envbuilder matrix list --all`")
+    known = matrix.names(include_test=True)
+    if name not in known:
+        raise UnknownTagError(f"unknown row {name}; known: {', '.join(known)}",
+                              "pick a row from `envbuilder matrix list --all`")
+    return name
 
 
 def row_flag(matrix: Matrix, name: str) -> str:

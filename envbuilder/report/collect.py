@@ -72,6 +72,9 @@ def collect(paths: list[Path], lock_names: dict[str, str] | None = None) -> list
                 raise ReportInputError(f"{p} holds no {CERT_NAME}", "pass the directories written by certify -o")
         elif p.is_file():
             files = [p]
+        elif p.exists():
+            raise ReportInputError(f"{p} is not a regular file (a device or a pipe)",
+                                   "pass certificate files or directories holding them")
         else:
             raise ReportInputError(f"{p} does not exist", "pass certificate files or directories holding them")
         for f in files:

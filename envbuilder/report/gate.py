@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
+
+from envbuilder.errors import InvalidOptionError
 
 DEFAULT_THRESHOLD_PCT = 10.0
 
@@ -27,6 +30,9 @@ class Regression:
 def find_regressions(current: dict[str, float], previous: dict[str, float],
                      threshold_pct: float = DEFAULT_THRESHOLD_PCT) -> list[Regression]:
     """Metrics both nights measured whose value fell by more than threshold_pct (higher is better for all)."""
+    if not math.isfinite(threshold_pct) or threshold_pct < 0:
+        raise InvalidOptionError(f"regression threshold {threshold_pct!r} is not a finite percentage",
+                                 "pass --threshold between 0 and 100")
     out = []
     for key in sorted(set(current) & set(previous)):
         prev, cur = previous[key], current[key]

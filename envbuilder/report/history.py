@@ -14,10 +14,13 @@ from typing import Any
 
 from envbuilder.atomic import write_atomic
 from envbuilder.errors import ReportInputError
+from envbuilder.jsonread import read_object
 from envbuilder.report.collect import CertEntry
 from envbuilder.report.metrics import metrics_of
 
 HISTORY_SCHEMA = 1
+#: one entry is ~1 KiB; a year of nightly rows is a few MiB
+HISTORY_MAX_BYTES = 64 << 20
 
 
 def entry_of(e: CertEntry) -> dict[str, Any]:
@@ -32,16 +35,29 @@ class History:
 
     @classmethod
     def load(cls, path: Path) -> History:
-        if not path.exists():
+        """history.json, every entry typed: it comes back from a CI cache each night, so it is input too."""
+        if not path.exists() and not path.is_symlink():
             return cls()
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            entries = data["entries"]
-            assert isinstance(entries, list) and data.get("schema") == HISTORY_SCHEMA
-        except (OSError, ValueError, KeyError, TypeError, AssertionError) as exc:
-            raise ReportInputError(f"{path} is not an envbuilder history file ({exc!r})",
-                                   "pass --history a file written by `envbuilder report`, or a new path") from exc
-        return cls(list(entries))
+        fix = "pass --history a file written by `envbuilder report`, or a new path"
+        doc = read_object(path, what="history", error=ReportInputError, fix=fix, max_bytes=HISTORY_MAX_BYTES)
+        if doc.integer("schema") != HISTORY_SCHEMA:
+            doc.fail("schema", f"is {doc['schema']}, not {HISTORY_SCHEMA}")
+        entries = []
+        for x in doc.objs("entries"):
+            x.string("row", max_len=200)
+            x.string("gpu_model", max_len=400)
+            x.integer("gpu_count", min=0, max=1 << 16)
+            x.integer("level", default=None, min=0, max=9)
+            x.string("status", default=None, max_len=40)
+            x.sha256("certificate_sha256")
+            x.sha256("lock_sha256", default=None)
+            x.string("created", default=None, max_len=64)
+            metrics = x.obj("metrics", default=None)
+            if metrics is not None:
+                for key in metrics:
+                    metrics.number(key)   # finite: a NaN would switch the gate off, a string is markup
+            entries.append(x.data)
+        return cls(entries)
 
     def index_of(self, sha256: str) -> int | None:
         return next((i for i, x in enumerate(self.entries) if x.get("certificate_sha256") == sha256), None)

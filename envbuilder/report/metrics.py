@@ -6,6 +6,7 @@ Keys name the check they come from, so a 2-GPU NCCL number is never compared wit
 from __future__ import annotations
 
 from envbuilder.certify.certificate import Certificate
+from envbuilder.safetext import finite
 
 #: metric key prefix -> (title, unit)
 KINDS = {"tokens_per_s": ("training throughput", "tokens/s"), "gemm_tflops": ("GEMM", "TFLOP/s"),
@@ -20,12 +21,13 @@ def metrics_of(cert: Certificate) -> dict[str, float]:
         if c.status != "pass" or not isinstance(m, dict):
             continue
         name = c.name
-        if isinstance(m.get("tokens_per_s"), (int, float)):
-            out[f"tokens_per_s:{name}"] = float(m["tokens_per_s"])
-        if name.startswith("gemm") and isinstance(m.get("probe_tflops"), (int, float)):
-            out[f"gemm_tflops:{name}"] = float(m["probe_tflops"])
-        if name.startswith("nccl") and isinstance(m.get("best_busbw_gbps"), (int, float)):
-            out[f"nccl_busbw_gbps:{name}"] = float(m["best_busbw_gbps"])
+        found = {"tokens_per_s": m.get("tokens_per_s"),
+                 "gemm_tflops": m.get("probe_tflops") if name.startswith("gemm") else None,
+                 "nccl_busbw_gbps": m.get("best_busbw_gbps") if name.startswith("nccl") else None}
+        for kind, value in found.items():
+            number = finite(value)  # a number only if it is one: NaN compares false and would hide a regression
+            if number is not None:
+                out[f"{kind}:{name}"] = number
     return dict(sorted(out.items()))
 
 

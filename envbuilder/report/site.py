@@ -178,12 +178,13 @@ def render_row(v: RowView, threshold_pct: float) -> str:
     curves = "".join(_curve(ch) for ch in c.checks if ch.losses)
     regress = "".join(f"<li class=\"regressed\">{escape(describe(r.metric))}: {r.previous:g} → {r.current:g} "
                       f"(−{r.drop_pct:.1f}%, threshold {threshold_pct:g}%)</li>" for r in v.regressions)
-    keys = sorted({k for x in v.history for k in x.get("metrics", {})})
+    keys = sorted({k for x in v.history for k in (x.get("metrics") or {})})
     hist_rows = []
     for x in v.history:
         bad = {r.metric for r in v.regressions} if x.get("certificate_sha256") == e.sha256 else set()
-        cells = "".join(f'<td class="regressed">{x["metrics"].get(k, "")} ▼ regressed</td>' if k in bad
-                        else f'<td>{x["metrics"].get(k, "")}</td>' for k in keys)
+        metrics = x.get("metrics") or {}
+        cells = "".join(f'<td class="regressed">{escape(str(metrics.get(k, "")))} ▼ regressed</td>' if k in bad
+                        else f'<td>{escape(str(metrics.get(k, "")))}</td>' for k in keys)
         hist_rows.append(f'<tr><td>{escape(str(x.get("created") or ""))}</td>'
                          f'<td><code>{escape(str(x.get("certificate_sha256"))[:12])}</code></td>'
                          f'<td>{escape(str(x.get("status")))}</td>{cells}</tr>')
