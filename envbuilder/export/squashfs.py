@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shlex
 import shutil
 import struct
@@ -22,6 +23,7 @@ from typing import IO
 
 from envbuilder import procs
 from envbuilder.errors import DiskFullError, InvalidOptionError, SquashfsToolError, ToolMissingError
+from envbuilder.safetext import printable
 
 # enroot's default ENROOT_SQUASH_OPTIONS (NVIDIA/enroot conf/enroot.conf.in), minus -exit-on-error
 # which we always add. Kept for --squash-options users who want enroot's exact bytes-on-disk layout.
@@ -67,8 +69,32 @@ SQUASHFS_MAGIC = b"hsqs"
 SUPERBLOCK = struct.Struct("<4sIIIIHHHHHHQQQQQQQQ")  # 96 bytes, squashfs 4.0
 COMPRESSORS = {1: "gzip", 2: "lzma", 3: "lzo", 4: "xz", 5: "lz4", 6: "zstd"}
 
-# Options that would break determinism or the layout we promise: refused in --squash-options.
-_REFUSED = {"-not-reproducible", "-append", "-offset", "-o", "-tar", "-no-strip", "-tarstyle"}
+# --squash-options takes only compression and tuning options (an allow-list: mksquashfs also takes
+# pseudo-file definitions (-p/-pf, which can run host commands), actions, sort and exclude files,
+# appends and offsets, all of which would change what the artifact holds or where it comes from).
+_SIZE = r"\d+[KkMm]?"
+_FLAGS = frozenset({
+    "-noI", "-noId", "-noD", "-noF", "-noX", "-noInodeCompression", "-noIdTableCompression",
+    "-noDataCompression", "-noFragmentCompression", "-noXattrCompression", "-no-fragments",
+    "-always-use-fragments", "-no-duplicates", "-no-sparse", "-tailends", "-no-tailends", "-no-exports",
+    "-exports", "-nopad", "-Xhc", "-reproducible",
+})
+#: option -> the pattern its one value must match
+_VALUED = {
+    "-comp": r"gzip|lzo|lz4|xz|zstd|lzma",
+    "-b": _SIZE,
+    "-Xcompression-level": r"\d{1,2}",
+    "-Xwindow-size": r"\d{1,2}",
+    "-Xstrategy": r"[a-z_]+(,[a-z_]+)*",
+    "-Xalgorithm": r"lzo1x_\d{1,3}|lzo1x_999",
+    "-Xbcj": r"[a-z0-9]+(,[a-z0-9]+)*",
+    "-Xdict-size": r"\d+[KkMm%]?",
+    "-processors": r"\d{1,4}",
+    "-mem": r"\d+[KkMmGg]?",
+    "-throttle": r"\d{1,2}",
+    "-limit": r"\d{1,3}",
+}
+ALLOWED_SQUASH_OPTIONS = tuple(sorted(_FLAGS | set(_VALUED)))
 
 
 @dataclass(frozen=True)
@@ -128,18 +154,29 @@ def mksquashfs_path() -> str:
 
 
 def parse_squash_options(text: str) -> list[str]:
+    """--squash-options: compression and tuning options only (ALLOWED_SQUASH_OPTIONS), each value checked."""
+    fix = "pass only compression/tuning options, e.g. --squash-options '-comp zstd -b 1M' (allowed: " + \
+        " ".join(ALLOWED_SQUASH_OPTIONS) + ")"
     try:
         args = shlex.split(text)
     except ValueError as exc:  # an unbalanced quote
-        raise InvalidOptionError(f"--squash-options {text!r}: {exc}",
+        raise InvalidOptionError(f"--squash-options {printable(text)!r}: {exc}",
                                  "quote the whole option string once, e.g. --squash-options '-comp zstd -b 1M'"
                                  ) from exc
-    bad = sorted(a for a in args if a in _REFUSED)
-    if bad:
-        raise InvalidOptionError(
-            f"--squash-options may not contain {', '.join(bad)} (export controls layout and determinism)",
-            "pass only compression/block options, e.g. --squash-options '-comp zstd -b 1M'",
-        )
+    i = 0
+    while i < len(args):
+        opt = args[i]
+        if opt in _FLAGS:
+            i += 1
+            continue
+        pattern = _VALUED.get(opt)
+        if pattern is None:
+            raise InvalidOptionError(f"--squash-options may not contain {printable(opt)!r} (export controls what the "
+                                     "artifact holds, its layout and its determinism)", fix)
+        if i + 1 >= len(args) or not re.fullmatch(pattern, args[i + 1]):
+            value = printable(args[i + 1]) if i + 1 < len(args) else "nothing"
+            raise InvalidOptionError(f"--squash-options {opt} takes a value like {pattern!r}, not {value!r}", fix)
+        i += 2
     return args
 
 

@@ -132,7 +132,8 @@ class VerifyReport:
 
 
 def compare_trees(expected: FileTree, actual: FileTree) -> VerifyReport:
-    """Every expected path in `actual` with its kind; every symlink with its target and resolution."""
+    """Every expected path in `actual` with its kind, every symlink with its target and resolution, and no
+    path in `actual` that `expected` lacks."""
     report = VerifyReport()
     for path, node in sorted(expected.items()):
         report.paths_checked += 1
@@ -153,6 +154,9 @@ def compare_trees(expected: FileTree, actual: FileTree) -> VerifyReport:
         if want != have:
             report.problems.append(f"/{path} resolves to /{have[0]} (exists: {have[1]}) in the artifact, "
                                    f"/{want[0]} (exists: {want[1]}) in the image")
+    # and nothing the image does not have (a pseudo file, an action's output, a path added on the way)
+    for path in sorted(set(actual) - set(expected)):
+        report.problems.append(f"/{path}: in the artifact, not in the image")
     return report
 
 

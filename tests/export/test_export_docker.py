@@ -574,3 +574,19 @@ def _comm(pid: int) -> str:
         return Path(f"/proc/{pid}/comm").read_text().strip()
     except OSError:  # it exited meanwhile
         return ""
+
+
+def test_a_path_the_image_lacks_fails_the_export(whiteout_image: str, tmp_path: Path) -> None:
+    """A path in the artifact that the image does not have (what a pseudo file or an action would add; the
+    allow-list refuses those options, so here the image's expected tree loses one path instead) fails the
+    check after the build, and nothing is written."""
+    code = ("import sys; from envbuilder.export import verify; f = verify.tree_from_merged; "
+            "verify.tree_from_merged = lambda t: dict(sorted(f(t).items())[:-1]); "
+            "from envbuilder.cli import main; main(sys.argv[1:])")
+    out = tmp_path / "out"
+    out.mkdir()
+    r = subprocess.run([sys.executable, "-c", code, "export", whiteout_image, "-o", str(out / "x.sqsh"),
+                        "--no-cache"], capture_output=True, text=True, check=False)
+    assert r.returncode == 100, r.stderr
+    assert ": in the artifact, not in the image" in r.stderr and "Traceback" not in r.stderr
+    assert _leftovers(out) == []

@@ -85,3 +85,10 @@ def test_cpu_form_of_the_snippets() -> None:
     assert "--nproc-per-node=4" in gpu[".apptainer.sh"]
     pyxis = render_launch("sqsh", Path("/s/smoke.sqsh"), LaunchParams(gpus_per_node=0, procs_per_node=3))
     assert "--nproc-per-node=3" in pyxis[".slurm-pyxis.sh"] and "--gpus-per-node" not in pyxis[".slurm-pyxis.sh"]
+
+
+def test_a_path_only_the_artifact_has_is_a_problem() -> None:
+    """A pseudo file (mksquashfs -p) or any other addition makes the artifact hold more than the image."""
+    artifact = {**TREE, "etc/injected": Node("f")}
+    problems = compare_trees(TREE, artifact).problems
+    assert problems == ["/etc/injected: in the artifact, not in the image"]
