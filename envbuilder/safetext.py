@@ -73,14 +73,16 @@ def finite(value: object) -> float | None:
 _ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\x1b": "\\e"}
 
 
-def printable(text: object) -> str:
-    """`text` with every control or format character written as an escape (ESC -> \\e, BEL -> \\x07)."""
+def printable(text: object, keep: str = "") -> str:
+    """`text` with every control or format character written as an escape (ESC -> \\e, BEL -> \\x07).
+
+    `keep`: characters left as they are (the console keeps the newlines of a multi-line message)."""
     s = str(text)
     if s.isprintable():
         return s
     out = []
     for c in s:
-        if c.isprintable() or c == " ":
+        if c.isprintable() or c == " " or c in keep:
             out.append(c)
         elif c in _ESCAPES:
             out.append(_ESCAPES[c])

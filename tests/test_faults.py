@@ -432,6 +432,17 @@ CASES: dict[str, tuple[Callable[[Kit], Case], int, str]] = {
                                                     "--squash-options", "'x"]), 18, "No closing quotation"),
     "export-squash-options-refused": (lambda k: Case(["export", "img", "-o", str(k.tmp / "x.sqsh"),
                                                       "--squash-options", "-append"]), 18, "may not contain"),
+    "export-squash-options-pseudo-file": (lambda k: Case(["export", "img", "-o", str(k.tmp / "x.sqsh"),
+                                                          "--squash-options", "-p 'etc/owned f 644 0 0 id'"]), 18,
+                                          "'-p'"),
+    "export-squash-options-pseudo-env": (lambda k: Case(["export", "img", "-o", str(k.tmp / "x.sqsh")], [k.tmp],
+                                                        {"ENVBUILDER_EXPORT_SQUASH_OPTIONS": "-pf /tmp/pseudo"}), 18,
+                                         "'-pf'"),
+    "export-squash-options-action": (lambda k: Case(["export", "img", "-o", str(k.tmp / "x.sqsh"),
+                                                     "--squash-options", "-action 'prune@name(lib)'"]), 18,
+                                     "'-action'"),
+    "export-squash-options-exclude": (lambda k: Case(["export", "img", "-o", str(k.tmp / "x.sqsh"),
+                                                      "--squash-options", "-e etc"]), 18, "'-e'"),
     "export-empty-image": (lambda k: Case(["export", "", "-o", str(k.tmp / "x.sqsh")]), 18, "IMAGE is empty"),
     "export-o-is-dir": (lambda k: Case(["export", "img", "--format", "sqsh", "-o", str(k.lock)], [k.lock]), 41,
                         "is a directory"),
@@ -812,3 +823,36 @@ def test_the_real_bundle_installs_and_records_its_own_lock(kit: Kit, split: bool
     if not split:  # sha256sum -c accepts the checksum file, manifest line included
         ok = subprocess.run(["sha256sum", "--quiet", "-c", "SHA256SUMS"], cwd=bundle, capture_output=True, text=True)
         assert ok.returncode == 0, ok.stdout + ok.stderr
+
+
+MARKUP_NAMES = ["x[/]y", "x[red]y", "x[bold]y[/bold]", "[link=http://e.x]z"]
+
+
+@pytest.mark.parametrize("name", MARKUP_NAMES)
+def test_markup_in_an_output_path_is_printed_as_it_is(kit: Kit, name: str) -> None:
+    """rich markup in a user's path is text: lock, report and bundle finish (no exit 70 after writing
+    everything) and print the path that exists."""
+    out = kit.tmp / name / "lk"
+    res = run_cli([*OFFLINE_LOCK_ARGS, "-o", str(out)])
+    assert res.code == 0, res.err
+    assert (out / "uv.lock").is_file() and f"wrote {out}:" in res.err
+    site = kit.tmp / name / "site"
+    res = run_cli(["report", str(_cert(kit)), "-o", str(site)])
+    assert res.code == 0, res.err
+    assert (site / "index.html").is_file() and f"wrote {site}/index.html" in res.err
+
+
+def test_markup_in_a_bundle_path(kit: Kit) -> None:
+    out = kit.tmp / "b[/]x"
+    res = run_cli(["bundle", str(kit.request.getfixturevalue("bundle_master")["lock"]), "-o", str(out),  # type: ignore[union-attr]
+                   "--cache-dir", str(kit.request.getfixturevalue("bundle_master")["cache"])])  # type: ignore[union-attr]
+    assert res.code == 0, res.err
+    assert f"wrote {out}:" in res.err
+
+
+@pytest.mark.parametrize("text", ["\x1b[2J\x1b]0;owned\x07", "line\rover", "a\x9bb"])
+def test_control_characters_in_an_error_are_escapes(kit: Kit, text: str) -> None:
+    res = run_cli(["verify-cert", str(kit.tmp / f"no{text}such.json"), "--lock", str(kit.lock)])
+    assert res.code == 41
+    assert not any(c in res.err for c in "\x1b\x07\r\x9b"), repr(res.err)
+    assert len([ln for ln in res.err.splitlines() if ln.startswith("error: ")]) == 1

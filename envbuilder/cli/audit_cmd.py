@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from envbuilder.cli.options import json_option, lock_dir_input
-from envbuilder.console import emit_json, stderr_console, stdout_console
+from envbuilder.console import emit_json, plain, stderr_console, stdout_console
 from envbuilder.errors import InvalidOptionError, VulnerabilitiesFoundError
 
 if TYPE_CHECKING:
@@ -75,7 +75,6 @@ def audit(lock: Path, db: Path | None, osv_url: str, fail_on: str, ignore: tuple
 
 def _print_table(report: AuditReport) -> None:
     from rich.table import Table
-    from rich.text import Text
 
     from envbuilder.console import SETTINGS
 
@@ -86,7 +85,7 @@ def _print_table(report: AuditReport) -> None:
         score = f" {f.severity.score:g}" if f.severity.score is not None else ""
         cells = (f.severity.level + score + (" (ignored)" if f.ignored else ""), f.package, f.version, f.id,
                  " ".join(f.aliases), f.fixed_text, f.summary)
-        table.add_row(*(Text(c) for c in cells))  # Text: advisory text is never read as rich markup
+        table.add_row(*(plain(c) for c in cells))  # advisory text is never read as markup, its escapes shown
     if not SETTINGS.quiet:
         stdout_console().print(table)
 

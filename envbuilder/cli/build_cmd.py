@@ -6,8 +6,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
-from rich.markup import escape
 
 from envbuilder.archlist import ArchList
 from envbuilder.choices import BUILD_TARGETS, DEFAULT_BUILD_TARGET, MODES
@@ -19,7 +17,7 @@ from envbuilder.cli.options import (
     lock_dir_input,
     timings_option,
 )
-from envbuilder.console import emit_json, stderr_console
+from envbuilder.console import SafeConsole, emit_json, stderr_console, styled
 
 if TYPE_CHECKING:  # the pipeline (docker SDK) is imported only when `build` runs
     from envbuilder.image.pipeline import BuildEvent
@@ -28,7 +26,7 @@ if TYPE_CHECKING:  # the pipeline (docker SDK) is imported only when `build` run
 class BuildDisplay:
     """Shows the build's progress events on stderr: a spinner for the running step, a line per finished one."""
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: SafeConsole) -> None:
         self.console = console
         self.status = console.status("", spinner="dots")
         self.active = False
@@ -50,28 +48,28 @@ class BuildDisplay:
             if not ev.text:
                 self._stop()
                 return
-            self.status.update(escape(ev.text))
+            self.status.update(ev.text)
             if not self.active:
                 self.status.start()
                 self.active = True
         elif ev.kind == "step" and ev.step is not None:
-            title = escape(ev.text)
+            title = ev.text
             if ev.step.status == "cached":
-                con.print(f"  [dim]cached[/]  {title}")
+                con.print(styled("  [dim]cached[/]  {}", title))
             elif ev.step.status == "done":
                 secs = f"{ev.step.seconds:.1f}s" if ev.step.seconds is not None else ""
-                con.print(f"  [green]done[/] {secs:>7}  {title}")
+                con.print(styled("  [green]done[/] {:>7}  {}", secs, title))
             elif ev.step.status == "error":
-                con.print(f"  [red]FAILED[/]  {title}")
+                con.print(styled("  [red]FAILED[/]  {}", title))
         elif ev.kind == "warning":
-            con.print(f"[yellow]warning:[/] {escape(ev.text)}")
+            con.print(styled("[yellow]warning:[/] {}", ev.text))
         elif ev.kind == "error":
             self._stop()
-            con.print(f"[red]{escape(ev.text)}[/]")
+            con.print(styled("[red]{}[/]", ev.text))
         elif ev.kind == "done":
-            con.print(f"[green]{escape(ev.text)}[/]")
+            con.print(styled("[green]{}[/]", ev.text))
         else:
-            con.print(escape(ev.text))
+            con.print(ev.text)
 
 
 @click.command()

@@ -9,7 +9,7 @@ import click
 from envbuilder.bundle import BundleOptions, InstallOptions, make_bundle, run_install
 from envbuilder.bundle.parts import parse_size
 from envbuilder.cli.options import git_mirror_option, json_option, lock_dir_input, timings_option
-from envbuilder.console import emit_json, stderr_console
+from envbuilder.console import emit_json, stderr_console, styled
 
 
 @click.command()
@@ -35,8 +35,8 @@ def bundle(lock: Path, output: Path, split: str | None, wheelhouse: Path | None,
                          git_mirrors=list(git_mirrors))
     result = make_bundle(opts, progress=console.print)
     where = f"{len(result.parts)} parts" if result.parts else "a directory"
-    console.print(f"[green]wrote[/green] {output}: {result.files} files, {result.size / 1e6:.1f} MB as {where} "
-                  f"({result.downloaded} downloaded, {result.seconds:.1f}s)")
+    console.print(styled("[green]wrote[/green] {}", f"{output}: {result.files} files, {result.size / 1e6:.1f} MB as "
+                         f"{where} ({result.downloaded} downloaded, {result.seconds:.1f}s)"))
     if as_json:
         emit_json(result.to_dict(), timings=timings)
 
@@ -59,7 +59,7 @@ def install(bundle_dir: Path, venv: Path, python: str | None, system_site_packag
     opts = InstallOptions(bundle=bundle_dir, venv=venv, python=python, system_site_packages=system_site_packages,
                           wheelhouse=wheelhouse, skip_stage2=skip_stage2)
     result = run_install(opts, progress=console.print)
-    console.print(f"[green]installed[/green] {result.packages} packages into {venv} in {result.seconds:.1f}s "
-                  f"(lock {result.lock_sha256[:12]})")
+    console.print(styled("[green]installed[/green] {}", f"{result.packages} packages into {venv} in "
+                         f"{result.seconds:.1f}s (lock {result.lock_sha256[:12]})"))
     if as_json:
         emit_json(result.to_dict(), timings=timings)

@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
-from rich.markup import escape
+from rich.text import Text
 
 from envbuilder.cli.options import deprecated_alias, json_option, lock_dir_input
-from envbuilder.console import emit_json, stderr_console
+from envbuilder.console import emit_json, plain, stderr_console, styled
 from envbuilder.errors import InvalidOptionError
 
 if TYPE_CHECKING:  # the certify package is imported only when a certify command runs
@@ -42,7 +42,7 @@ def _print_table(cert: Certificate) -> None:
         table.add_column(col)
     for c in cert.checks:
         note = c.advice or c.detail or ""
-        table.add_row(escape(c.name), f"[{_STYLE.get(c.status, '')}]{c.status}[/]", escape(note[:120]))
+        table.add_row(plain(c.name), Text(c.status, style=_STYLE.get(c.status, "")), plain(note[:120]))
     console.print(table)
 
 
@@ -94,7 +94,7 @@ def certify(image: str | None, sqsh: Path | None, sif: Path | None, venv: Path |
         cpu=cpu, only=only, steps=steps, gpus=gpus, output=output, logs=logs, timestamp=timestamp,
         sign_key=sign_key, sbom=sbom)
     console = stderr_console()
-    result = certify_environment(opts, progress=lambda m: console.print(escape(m)))
+    result = certify_environment(opts, progress=console.print)
     cert = result.certificate
     _print_table(cert)
     err = result.error()
@@ -146,17 +146,18 @@ def verify_cert(cert: Path, lock: Path, image: str | None, sqsh: Path | None, si
         signature = verify_signature(cert, load_public_key(public_key))
     elif envelope_path(cert).exists():
         signature = {"signed": True, "checked": False}
-        console.print(f"[yellow]warning[/]: {cert} is signed but the signature was not checked; pass --key PUB")
+        console.print(styled("[yellow]warning[/]: {} is signed but the signature was not checked; pass --key PUB",
+                             cert))
     else:
         signature = {"signed": False}
-        console.print(f"[yellow]warning[/]: {cert} is unsigned: anyone could have written it; "
-                      "certify with --sign KEY and verify with --key PUB")
+        console.print(styled("[yellow]warning[/]: {} is unsigned: anyone could have written it; "
+                             "certify with --sign KEY and verify with --key PUB", cert))
     result = verify_certificate(data, lock_sha256, artifact)
     result["sbom"] = verify_sbom(data, cert.parent)
     result["signature"] = signature
-    console.print(f"[green]verified[/]: {cert} belongs to lock {result['lock_sha256'][:12]}…"
-                  + (f" and {artifact.kind} {artifact.ref}" if artifact else "")
-                  + f", level {result['level']}, passed"
-                  + (f"; signature by key {signature['keyid'][:12]}… holds" if signature.get("keyid") else ""))
+    console.print(styled("[green]verified[/]: {}", f"{cert} belongs to lock {result['lock_sha256'][:12]}…"
+                         + (f" and {artifact.kind} {artifact.ref}" if artifact else "")
+                         + f", level {result['level']}, passed"
+                         + (f"; signature by key {signature['keyid'][:12]}… holds" if signature.get("keyid") else "")))
     if as_json:
         emit_json(result)

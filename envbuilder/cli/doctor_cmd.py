@@ -6,10 +6,9 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.markup import escape
 
 from envbuilder.cli.options import host_options, json_option
-from envbuilder.console import emit_json, stderr_console
+from envbuilder.console import emit_json, stderr_console, styled
 from envbuilder.errors import EnvbuilderError
 from envbuilder.host import HostInfo, RowVerdict, detect_host, evaluate_matrix, plan_host
 from envbuilder.host.detect import with_local_tooling
@@ -40,37 +39,37 @@ def _gpu_lines(host: HostInfo) -> list[str]:
 def _print_human(host: HostInfo, verdicts: list[RowVerdict] | None, matrix_problem: str | None) -> None:
     con = stderr_console()
     label = {"detected": "detected through NVML", "planned": "planned from flags", "none": "none"}[host.source]
-    con.print(f"[bold]host[/bold]: {label}")
+    con.print(styled("[bold]host[/bold]: {}", label))
     if host.source == "none":
         reason = host.problems[0] if host.problems else "NVML reported nothing"
-        con.print(f"  no NVIDIA GPU/NVML: {escape(reason.removeprefix('NVML not available: '))}")
+        con.print(f"  no NVIDIA GPU/NVML: {reason.removeprefix('NVML not available: ')}")
     if host.driver or host.cuda_driver_version:
         cuda = f" (supports CUDA {host.cuda_driver_version})" if host.cuda_driver_version else ""
         con.print(f"  driver {host.driver or 'unknown'}{cuda}")
     for line in _gpu_lines(host):
-        con.print(f"  {escape(line)}")
+        con.print(f"  {line}")
     for problem in host.problems[1 if host.source == "none" else 0:]:
-        con.print(f"  [yellow]note[/yellow]: {escape(problem)}")
-    con.print("[bold]tooling[/bold] (this machine):")
+        con.print(styled("  [yellow]note[/yellow]: {}", problem))
+    con.print(styled("[bold]tooling[/bold] (this machine):"))
     for tool, status in sorted(host.tooling.items()):
         mark = "[green]ok[/green]" if status.available else "[red]--[/red]"
-        con.print(f"  {tool:<11} {mark}  {escape(status.detail)}")
+        con.print(styled(f"  {{:<11}} {mark}  {{}}", tool, status.detail))
     disk = f"{host.disk_free_gib} GiB free ({host.disk_path})" if host.disk_free_gib is not None else "unknown"
-    con.print(f"  uv {host.uv_version or 'unknown'} | disk {escape(disk)} | glibc {host.glibc or 'unknown'}")
-    con.print("[bold]matrix rows[/bold]:")
+    con.print(f"  uv {host.uv_version or 'unknown'} | disk {disk} | glibc {host.glibc or 'unknown'}")
+    con.print(styled("[bold]matrix rows[/bold]:"))
     if verdicts is None:
-        con.print(f"  not evaluated: {escape(matrix_problem or 'matrix unavailable')}")
+        con.print(f"  not evaluated: {matrix_problem or 'matrix unavailable'}")
         return
     if not verdicts:
         con.print("  the matrix has no release rows yet")
     for v in verdicts:
         colour = {"ok": "green", "excluded": "red", "unknown": "yellow"}[v.status]
-        con.print(f"  {escape(v.tag):<10} [{colour}]{v.status}[/{colour}]")
+        con.print(styled(f"  {{:<10}} [{colour}]{{}}[/{colour}]", v.tag, v.status))
         for reason, fix in zip(v.reasons, v.fixes, strict=True):
-            con.print(f"    {escape(reason)}")
-            con.print(f"      fix: {escape(fix)}")
+            con.print(f"    {reason}")
+            con.print(f"      fix: {fix}")
         for note in v.notes:
-            con.print(f"    note: {escape(note)}")
+            con.print(f"    note: {note}")
     runnable = [v.tag for v in verdicts if v.status == "ok"]
     if verdicts:
         con.print(f"this host can run: {', '.join(runnable) if runnable else 'none of the rows'}")
@@ -90,13 +89,14 @@ def _host_torch_report(interpreter: Path, matrix: Matrix | None) -> dict[str, An
 
 def _print_host_torch(report: dict[str, Any]) -> None:
     con = stderr_console()
-    con.print(f"[bold]host torch[/bold] ({escape(report['interpreter'])}): torch {report['version']}, "
-              f"CUDA {report['cuda'] or 'none'}, cxx11abi {report['cxx11abi']}, Python {report['python']}")
+    con.print(styled("[bold]host torch[/bold] ({}): {}", report["interpreter"],
+                     f"torch {report['version']}, CUDA {report['cuda'] or 'none'}, cxx11abi {report['cxx11abi']}, "
+                     f"Python {report['python']}"))
     rows = report["rows"]
     con.print(f"  inside the row's torch: {', '.join(rows['inside']) or 'no row'}")
     if rows["outside"]:
-        con.print(f"  [yellow]outside[/yellow] (another torch major.minor; lock --mode host-torch warns): "
-                  f"{', '.join(rows['outside'])}")
+        con.print(styled("  [yellow]outside[/yellow] (another torch major.minor; lock --mode host-torch warns): {}",
+                         ", ".join(rows["outside"])))
 
 
 @click.command(name="doctor")

@@ -9,8 +9,9 @@ import click
 
 from envbuilder.choices import EXPORT_COMPRESSIONS, EXPORT_FEEDS, EXPORT_FORMATS, EXPORT_LAYER_SOURCES, FORMAT_SUFFIXES
 from envbuilder.cli.options import choice, json_option, lock_dir_input, timings_option
-from envbuilder.console import emit_json, stderr_console
+from envbuilder.console import emit_json, stderr_console, styled
 from envbuilder.errors import InvalidOptionError, ToolMissingError
+from envbuilder.safetext import printable
 
 
 def _format_from(output: Path, fmt: str | None) -> str:
@@ -101,7 +102,8 @@ def export(image: str, fmt: str | None, output: Path, compression: str | None, s
         emit_json(report, timings=timings)
         return
     mib = result.size / 2**20
-    console.print(f"[green]wrote[/] {result.path} ({result.format}, {mib:.1f} MiB, {result.seconds:.1f} s)")
+    console.print(styled("[green]wrote[/] {}", f"{result.path} ({result.format}, {mib:.1f} MiB, "
+                         f"{result.seconds:.1f} s)"))
     read = "a mounted directory" if result.feed == "mount" else "a tar stream"
     console.print(f"  sha256 {result.sha256} (mksquashfs read {read})")
     console.print(
@@ -113,7 +115,7 @@ def export(image: str, fmt: str | None, output: Path, compression: str | None, s
     for p in result.sidecars:
         console.print(f"  + {p}")
     for p in result.sidecars_kept:
-        console.print(f"  [yellow]kept[/] {p}: it was edited; the new version is {p}.new")
+        console.print(styled("  [yellow]kept[/] {}: it was edited; the new version is {}.new", p, p))
     if "compare" in report:
         c = report["compare"]
         console.print(f"  compared with {c['command']}: {c['common']} paths in both, "
@@ -147,18 +149,21 @@ def inspect(file: Path, with_listing: bool, deep: bool, image: str | None, as_js
         emit_json(report)
         return
     console = stderr_console()
-    console.print(f"[bold]{report['path']}[/]  {report['format']}  {report['size']} bytes  checks: {report['checks']}")
+    # what the file says is shown as text with every control character escaped: a crafted SIF cannot
+    # rewrite the terminal (or add a line) around this verdict
+    console.print(styled("[bold]{}[/]  {}", report["path"], f"{report['format']}  {report['size']} bytes  "
+                         f"checks: {report['checks']}"))
     if report["format"] == "sif":
         for key, value in report["header"].items():
-            console.print(f"  {key:20} {value!r}" if key == "launch" else f"  {key:20} {value}")
+            console.print(f"  {key:20} {value!r}" if key == "launch" else f"  {key:20} {printable(value)}")
         console.print("  descriptors:")
         for d in report["descriptors"]:
             extra = f" {d['fstype']} {d['parttype']} {d['arch']}" if "fstype" in d else ""
-            console.print(f"    #{d['id']} {d['datatype']:12} offset {d['offset']:>10} size {d['size']:>12}"
-                          f"{extra} {d['name']}")
+            console.print(printable(f"    #{d['id']} {d['datatype']:12} offset {d['offset']:>10} size {d['size']:>12}"
+                                    f"{extra} {d['name']}"))
     console.print("  labels:")
     for key, value in sorted(report["labels"].items()):
-        console.print(f"    {key} = {value}")
+        console.print(f"    {printable(key)} = {printable(value)}")
     sb = report["squashfs"]
     console.print(f"  squashfs {sb['version']}: {sb['compression']}, block {sb['block_size']}, "
                   f"{sb['inodes']} inodes, {sb['bytes_used']} bytes, mkfs_time {sb['mkfs_time']}")
@@ -167,4 +172,4 @@ def inspect(file: Path, with_listing: bool, deep: bool, image: str | None, as_js
         console.print(f"  deep: {d['paths_checked']} paths and {d['links_checked']} symlinks as in the image")
     if with_listing:
         for line in report["files"]:
-            click.echo(line)
+            click.echo(printable(line))

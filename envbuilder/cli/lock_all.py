@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from envbuilder.console import emit_json, stderr_console
+from envbuilder.console import emit_json, stderr_console, styled
 from envbuilder.errors import LockAllError
 from envbuilder.lock import LockOptions
 from envbuilder.lock.batch import BatchResult, RowOutcome, lock_all
@@ -20,7 +20,7 @@ def run_lock_all(matrix: Matrix, request: Callable[[str], ResolveRequest], outpu
     console = stderr_console()
     rows = matrix.names()
     with Progress(TextColumn("lock --all"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TextColumn("{task.description}"), console=console, transient=False) as bar:
+                  TextColumn("{task.description}", markup=False), console=console, transient=False) as bar:
         task = bar.add_task("", total=len(rows))
 
         def progress(row: str, done: int, total: int, outcome: RowOutcome | None) -> None:
@@ -29,7 +29,7 @@ def run_lock_all(matrix: Matrix, request: Callable[[str], ResolveRequest], outpu
                 return
             bar.update(task, completed=done, description=f"{row} done")
             if outcome.error is not None:
-                bar.console.print(f"[red]{row}: failed[/red] {outcome.error.get('cause', '')}")
+                bar.console.print(styled("[red]{}: failed[/red] {}", row, outcome.error.get("cause", "")))
             else:
                 how = "offline" if outcome.resolved_offline else "online"
                 verb = "checked" if base.check else ("wrote" if outcome.changed else "unchanged")

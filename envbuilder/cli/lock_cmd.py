@@ -19,7 +19,7 @@ from envbuilder.choices import (
 )
 from envbuilder.cli.matrix_cmd import chosen_row, row_options
 from envbuilder.cli.options import arch_list_option, choice, host_options, json_option, timings_option
-from envbuilder.console import emit_json, stderr_console
+from envbuilder.console import emit_json, stderr_console, styled
 from envbuilder.host.torchprobe import probe_torch, read_torch_facts
 from envbuilder.lock import LockOptions, run_lock
 from envbuilder.lock.batch import DEFAULT_JOBS
@@ -146,18 +146,18 @@ def lock(nemo: str | None, release: str | None, mbridge: str | None, all_rows: b
 
         def progress(msg: str) -> None:
             status.update(msg)
-            console.print(msg, markup=False)  # messages quote extras like [dev]: not rich markup
+            console.print(msg)  # messages quote extras like [dev]: the console never reads markup
 
         result = run_lock(matrix, req, opts, progress=progress)
     rec = result.record
     if check:
-        console.print(f"[green]{out} is up to date[/green] (uv.lock sha256 {rec.lock_sha256[:12]})")
+        console.print(styled("[green]{} is up to date[/green] (uv.lock sha256 {})", out, rec.lock_sha256[:12]))
     else:
         verb = "wrote" if result.changed else "unchanged"
-        console.print(f"[green]{verb}[/green] {out}: {len(rec.pins)} pins, python {rec.target.python}, "
-                      f"cuda {rec.target.cuda}, uv.lock sha256 {rec.lock_sha256[:12]} "
-                      f"(uv lock {result.timings.get('uv_lock', 0):.1f}s, total {result.timings['total']:.1f}s, "
-                      f"{'resolved offline' if result.resolved_offline else 'resolved online'})")
+        console.print(styled("[green]{}[/green] {}", verb, f"{out}: {len(rec.pins)} pins, python {rec.target.python}, "
+                             f"cuda {rec.target.cuda}, uv.lock sha256 {rec.lock_sha256[:12]} "
+                             f"(uv lock {result.timings.get('uv_lock', 0):.1f}s, total {result.timings['total']:.1f}s, "
+                             f"{'resolved offline' if result.resolved_offline else 'resolved online'})"))
         for c in rec.constraints_added:
             console.print(f"added constraint {c['constraint']}: {c['reason']}")
     if as_json:

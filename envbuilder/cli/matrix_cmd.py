@@ -15,7 +15,7 @@ import click
 from envbuilder.atomic import write_atomic
 from envbuilder.choices import LockMode
 from envbuilder.cli.options import json_option, timings_option
-from envbuilder.console import emit_json, stderr_console, stdout_console
+from envbuilder.console import emit_json, stderr_console, stdout_console, styled
 from envbuilder.errors import InvalidOptionError, MatrixBehindError, NetworkError
 from envbuilder.matrix import Matrix, Release, load_matrix
 
@@ -131,7 +131,6 @@ def list_rows(include_test: bool, as_json: bool) -> None:
 @json_option()
 def show(nemo: str | None, release: str | None, mbridge: str | None, as_json: bool) -> None:
     """Every fact of one row, with its source."""
-    from rich.markup import escape
     from rich.table import Table
 
     from envbuilder.resolve.resolver import find_row
@@ -145,31 +144,28 @@ def show(nemo: str | None, release: str | None, mbridge: str | None, as_json: bo
         return
     table = Table("field", "value", "status", "source")
     for field in ["row", "nemo", "release", *SHOW_FIELDS, "min_driver", "glibc"]:
-        # facts and sources hold brackets ("nemo-toolkit[all]", "[tool.uv]"): print them, never parse them as markup
-        table.add_row(field, escape(str(summary[field])), summary["statuses"].get(field, ""),
-                      escape(summary["sources"].get(field, "")))
+        # facts and sources hold brackets ("nemo-toolkit[all]", "[tool.uv]"): the console never parses markup
+        table.add_row(field, str(summary[field]), summary["statuses"].get(field, ""), summary["sources"].get(field, ""))
     console = stdout_console()
     console.print(f"row {row.name}: {row.status}" + (
         f" ({len(row.unconfirmed())} facts no published table confirms: {', '.join(row.unconfirmed())})"
         if row.unconfirmed() else ""))
     console.print(table)
     if row.upstream_lock is not None:
-        console.print(f"fidelity target: {escape(row.upstream_lock.source)} ({len(row.upstream_lock.pins)} packages, "
+        console.print(f"fidelity target: {row.upstream_lock.source} ({len(row.upstream_lock.pins)} packages, "
                       f"matrices/{row.upstream_lock.file}); compare a lock with `envbuilder matrix compare`")
     for mode, st in summary["stacks"].items():
         console.print(f"{mode}: torch {st['torch']}, CUDA {st['cuda_toolkit']}, cuDNN {st['cudnn']}, "
                       f"min driver {st['min_driver']} (minor-compat floor {st['minor_compat_floor']})")
     for n in summary["notes"]:
-        console.print(f"[{'yellow' if n['severity'] == 'warn' else 'blue'}]{n['severity']}[/]: {escape(n['text'])} "
-                      f"({escape(n['source'])})")
+        colour = "yellow" if n["severity"] == "warn" else "blue"
+        console.print(styled(f"[{colour}]{{}}[/]: {{}} ({{}})", n["severity"], n["text"], n["source"]))
     for o in summary["override_dependencies"]:
-        console.print(f"override ({o['reason']}): {escape(o['requirement'])}: {escape(o['text'])} "
-                      f"({escape(o['source'])})")
+        console.print(f"override ({o['reason']}): {o['requirement']}: {o['text']} ({o['source']})")
     for d in summary["drop_packages"]:
-        console.print(f"dropped ({d['reason']}): {escape(d['package'])}: {escape(d['text'])} ({escape(d['source'])})")
+        console.print(f"dropped ({d['reason']}): {d['package']}: {d['text']} ({d['source']})")
     for c in summary["exclude_newer_package"]:
-        console.print(f"exclude-newer {escape(c['package'])} = {c['value']}: {escape(c['text'])} "
-                      f"({escape(c['source'])})")
+        console.print(f"exclude-newer {c['package']} = {c['value']}: {c['text']} ({c['source']})")
 
 
 @matrix.command("refresh")
@@ -302,7 +298,6 @@ def derive_cmd(mbridge: str | None, nemo_tag: str | None, source: str | None, me
 def compare_cmd(nemo: str | None, release: str | None, mbridge: str | None, lockdir: Path | None,
                 as_json: bool) -> None:
     """A lock against the row's fidelity target (upstream's uv.lock): agreement and every difference's reason."""
-    from rich.markup import escape
     from rich.table import Table
 
     from envbuilder.errors import LockDirError
@@ -333,12 +328,12 @@ def compare_cmd(nemo: str | None, release: str | None, mbridge: str | None, lock
                    "recorded_in_lock": recorded is not None and recorded == result})
         return
     console = stdout_console()
-    console.print(f"{row.name}: {result.agree} of {result.both} packages agree with {escape(result.target)} "
+    console.print(f"{row.name}: {result.agree} of {result.both} packages agree with {result.target} "
                   f"({result.percent}%); {result.pinned} upstream versions pinned, {result.upstream_only} packages "
                   f"only upstream locks, {result.ours_only} only this lock has")
     table = Table("package", "ours", "upstream", "reason", "why")
     for d in result.differences:
-        table.add_row(d.package, d.ours, d.upstream, d.reason, escape(d.why))
+        table.add_row(d.package, d.ours, d.upstream, d.reason, d.why)
     console.print(table)
     if recorded is None:
         stderr_console().print(f"warning: {lockdir}'s record carries no fidelity (locked before envbuilder recorded "

@@ -5,11 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import click
-from rich.markup import escape
 
 from envbuilder.choices import GRAD_DTYPES
 from envbuilder.cli.options import choice, json_option
-from envbuilder.console import emit_json, stderr_console
+from envbuilder.console import emit_json, stderr_console, styled
 from envbuilder.errors import ParallelLayoutError
 from envbuilder.host.gpus import require_gpu
 from envbuilder.parallel import GpuTarget, ParallelReport, check_layout
@@ -27,19 +26,19 @@ def _print_human(report: ParallelReport, recipe_source: str | None) -> None:
     con = stderr_console()
     lay = report.layout
     if recipe_source:
-        con.print(f"recipe: {escape(recipe_source)}")
+        con.print(f"recipe: {recipe_source}")
     gpu = report.gpu
     gpu_text = f", GPU {gpu.name} (sm {gpu.sm}, {gpu.memory_gib} GiB)" if gpu.name else (
         f", GPU memory {gpu.memory_gib} GiB" if gpu.memory_gib else "")
     con.print(f"layout: {lay.nodes} node(s) x {lay.gpus_per_node} GPUs, TP {lay.tp} PP {lay.pp}"
               f"{f' VPP {lay.vpp}' if lay.vpp else ''} CP {lay.cp} EP {lay.ep}{' SP' if lay.sp else ''}, "
-              f"DP {lay.dp if lay.dp is not None else '?'}{escape(gpu_text)}")
+              f"DP {lay.dp if lay.dp is not None else '?'}{gpu_text}")
     colours = {"pass": "green", "warn": "yellow", "fail": "red", "n/a": "dim"}
     for r in report.rules:
         c = colours[r.level]
-        con.print(f"  [{c}]{r.level:<4}[/{c}] {r.name:<17} {escape(r.message)}")
+        con.print(styled(f"  [{c}]{{:<4}}[/{c}] {{:<17}} {{}}", r.level, r.name, r.message))
         if r.fix:
-            con.print(f"  {'':<4} {'':<17} fix: {escape(r.fix)}")
+            con.print(f"  {'':<4} {'':<17} fix: {r.fix}")
     ga = grad_accumulation(lay)
     if ga is not None:
         con.print(f"gradient-accumulation steps: {ga}")

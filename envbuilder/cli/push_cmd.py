@@ -6,10 +6,9 @@ import json
 from pathlib import Path
 
 import click
-from rich.markup import escape
 
 from envbuilder.cli.options import json_option
-from envbuilder.console import emit_json, stderr_console
+from envbuilder.console import emit_json, stderr_console, styled
 
 
 @click.command()
@@ -30,11 +29,11 @@ def push(image: str, target: str, output: Path | None, as_json: bool) -> None:
     ref = registry.push_target(target, default_tag)
     console = stderr_console(quiet=as_json)
     with console.status(f"pushing {image} to {ref.engine}") as status:
-        result = registry.push_image(image, ref, progress=lambda m: status.update(escape(m[:120])))
+        result = registry.push_image(image, ref, progress=lambda m: status.update(m[:120]))
     record = result.to_dict()
     if output is not None:
         write_atomic(output, json.dumps(record, indent=2, sort_keys=True) + "\n")
     if as_json:
         emit_json(record)
         return
-    console.print(f"[green]pushed[/] {result.by_digest}  ({result.seconds:.1f} s)")
+    console.print(styled("[green]pushed[/] {}  ({})", result.by_digest, f"{result.seconds:.1f} s"))

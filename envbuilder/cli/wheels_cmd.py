@@ -8,7 +8,7 @@ import click
 
 from envbuilder.archlist import ArchList
 from envbuilder.cli.options import arch_list_option, git_mirror_option, json_option, lock_dir_input, timings_option
-from envbuilder.console import emit_json, stderr_console
+from envbuilder.console import emit_json, stderr_console, styled
 from envbuilder.kernels import WheelsOptions, run_wheels
 from envbuilder.matrix import load_matrix
 
@@ -50,7 +50,8 @@ def wheels(lock: Path, output: Path, arch_list: ArchList | None, jobs: int | Non
                          git_mirrors=list(git_mirrors))
     result = run_wheels(opts, load_matrix(), progress=console.print)
     for p in result.packages:
-        console.print(f"[green]{p.cache}[/green] {p.record.wheel} ({p.seconds:.1f}s, archs: {p.record.arch_check})")
+        console.print(styled("[green]{}[/green] {}", p.cache,
+                             f"{p.record.wheel} ({p.seconds:.1f}s, archs: {p.record.arch_check})"))
     console.print(f"wrote {output}: {len(result.packages)} wheel(s) in {result.seconds:.1f}s")
     if as_json:
         emit_json(result.to_dict(), timings=timings)

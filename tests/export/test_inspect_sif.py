@@ -258,3 +258,18 @@ def test_inspect_sqsh_truncated(tmp_path: Path, capsys: pytest.CaptureFixture[st
     cut.write_bytes(sq.read_bytes()[:200000])
     code, out, err = _cli(["inspect", str(cut), "--json"], capsys)
     assert code == 44 and json.loads(out)["error"] == "artifact-corrupt" and "truncated" in err
+
+
+def test_inspect_shows_what_the_file_says_as_text(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Labels and file names are the SIF's own words: markup is shown, never read, and control characters
+    (a title-setting OSC, a screen clear, a carriage return, a newline) are escapes, so nothing the file holds
+    can rewrite the terminal around inspect's verdict."""
+    p = tmp_path / "crafted.sif"
+    make_sif(p, {"io.x.markup": "[/]", "io.x.red": "[red]x[/red]",
+                 "evil\x1b]0;pwned\x07": "ok\x1b[2J\r\nverdict: PASS"})
+    code, _, err = _cli(["inspect", str(p)], capsys)
+    assert code == 0, err
+    assert "\x1b" not in err and "\x07" not in err and "\r" not in err
+    assert "io.x.markup = [/]" in err and "io.x.red = [red]x[/red]" in err
+    assert "evil\\e]0;pwned\\x07 = ok\\e[2J\\r\\nverdict: PASS" in err
+    assert not any(line.startswith("verdict") for line in err.splitlines())
