@@ -22,6 +22,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
+from envbuilder import procs
 from envbuilder.errors import (
     ForeignOutputDirError,
     OutputBusyError,
@@ -60,10 +61,12 @@ def write_atomic(path: Path, data: bytes | str, mode: int = FILE_MODE) -> None:
 def staging_dir(target: Path) -> Iterator[Path]:
     """A temp directory beside `target` (same filesystem, so the final rename is atomic).
 
-    Removed on exit unless it was promoted with `promote_dir`.
+    Removed on exit unless it was promoted with `promote_dir`. Staging directories that dead runs
+    (killed, even by SIGKILL) left beside `target` are removed first: every run holds a flock on its own.
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_staging(target)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}{STAGING_INFIX}", dir=target.parent))
     try:
         with hold(tmp):  # a live run's staging is never taken for a dead one's
@@ -71,6 +74,29 @@ def staging_dir(target: Path) -> Iterator[Path]:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def held_tempdir(parent: Path, prefix: str) -> Iterator[Path]:
+    """A private (0700) temp directory in `parent`, held (flock) while this run uses it and removed after;
+    the ones dead runs left with the same prefix are removed first."""
+    parent = Path(parent)
+    remove_abandoned(parent, prefix)
+    tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    try:
+        with hold(tmp):
+            yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+#: prefix of the temp directories envbuilder runs make in $TMPDIR (each held by its run; see held_tempdir)
+RUN_TMP_PREFIX = "envbuilder-run-"
+
+
+def run_tempdir(kind: str) -> contextlib.AbstractContextManager[Path]:
+    """held_tempdir in $TMPDIR named envbuilder-run-KIND-*: a killed run's is removed by the next run."""
+    return held_tempdir(Path(tempfile.gettempdir()), f"{RUN_TMP_PREFIX}{kind}-")
 
 
 @contextlib.contextmanager
@@ -138,6 +164,7 @@ def _renameat2_exchange(a: Path, b: Path) -> bool:
 
 def promote_dir(staging: Path, target: Path) -> None:
     """Replace directory `target` by `staging` so readers see the old or the new, never a mix."""
+    procs.check_stop()
     staging, target = Path(staging), Path(target)
     # mkdtemp makes staging 0700: the output gets the mode the old directory had, or 0755
     os.chmod(staging, stat.S_IMODE(target.stat().st_mode) if target.is_dir() else DIR_MODE)
@@ -358,6 +385,7 @@ def commit_files(staging: Path, target: Path, put: Iterable[str], remove: Iterab
     and inode stay. Each move is one rename. A commit journal written first makes the set
     all-or-nothing across a crash: `remove_stale_staging` completes a journalled commit.
     """
+    procs.check_stop()  # a signal arrived: nothing is committed after it (another thread may be here)
     put = sorted(set(put))
     gone = sorted(set(remove) - set(put))
     try:

@@ -8,6 +8,14 @@ terminal's SIGHUP, even SIGKILL) must not leave a child writing into a staging d
   kills what uv or mksquashfs started) and is killed with the group when the parent unwinds.
 - On Linux each child also gets PR_SET_PDEATHSIG(SIGKILL): if envbuilder itself is SIGKILLed,
   the kernel kills the direct child at once instead of leaving it as an orphan.
+- Every live child is registered: on a signal, `stop_all` kills every running child at once (the
+  rows `lock --all` runs on worker threads, not only the main thread's), and once it ran no new child
+  starts and `check_stop` refuses to commit anything (atomic.commit_files calls it).
+- A process envbuilder starts but does not control (torch.distributed.run's workers, which it puts in
+  sessions of their own) calls `die_with_parent()` itself; `kill_tree` kills a process and every
+  descendant found through /proc, whatever their sessions.
+
+Standard library only: certify's in-environment modules use it too.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from types import FrameType
@@ -54,11 +63,40 @@ def interrupt_name(exc: BaseException) -> str:
     return exc.signal_name if isinstance(exc, Terminated) else "SIGINT"
 
 
+#: set once a terminating signal arrived: no child starts and nothing is committed after it
+STOPPING = threading.Event()
+_STOP_SIGNUM = [int(signal.SIGINT)]
+_LIVE: set[subprocess.Popen[Any]] = set()
+_LIVE_LOCK = threading.Lock()
+
+
 def _on_signal(signum: int, frame: FrameType | None) -> None:
     # a second SIGTERM during cleanup must not cut the cleanup short: ignore the rest
     for sig in _HANDLED:
         signal.signal(sig, signal.SIG_IGN)
+    _STOP_SIGNUM[0] = signum
+    STOPPING.set()
     raise Terminated(signum)
+
+
+def reset_stop() -> None:
+    """A new run in this process (the CLI's entry point): no signal has arrived for it yet."""
+    STOPPING.clear()
+
+
+def check_stop() -> None:
+    """Raise Terminated when a signal asked this run to stop (called before anything is committed)."""
+    if STOPPING.is_set():
+        raise Terminated(_STOP_SIGNUM[0])
+
+
+def stop_all(grace: float = KILL_GRACE_S) -> None:
+    """A signal arrived: no new child may start; every running one (any thread's) is killed with its group."""
+    STOPPING.set()
+    with _LIVE_LOCK:
+        live = [p for p in _LIVE if p.poll() is None]  # a finished child's group id may belong to another now
+        _LIVE.difference_update([p for p in _LIVE if p.poll() is not None])
+    kill_groups(live, grace)
 
 
 def install_signal_handlers() -> None:
@@ -89,30 +127,89 @@ def _child_setup(parent_pid: int) -> Any:
     return setup
 
 
+def die_with_parent() -> None:
+    """This process gets SIGKILL when its parent dies (for processes started by code that is not ours)."""
+    if _LIBC is not None:
+        parent = os.getppid()
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(128 + signal.SIGKILL)
+
+
 def popen(cmd: Sequence[str], **kwargs: Any) -> subprocess.Popen[Any]:
     """subprocess.Popen in a new session (own process group) that dies with this process."""
+    check_stop()
     kwargs.setdefault("start_new_session", True)
-    return subprocess.Popen(list(cmd), preexec_fn=_child_setup(os.getpid()), **kwargs)
+    proc = subprocess.Popen(list(cmd), preexec_fn=_child_setup(os.getpid()), **kwargs)
+    with _LIVE_LOCK:
+        _LIVE.difference_update([p for p in _LIVE if p.returncode is not None])  # reaped ones
+        _LIVE.add(proc)
+    return proc
+
+
+def _forget(proc: subprocess.Popen[Any]) -> None:
+    with _LIVE_LOCK:
+        _LIVE.discard(proc)
 
 
 def kill_group(proc: subprocess.Popen[Any], grace: float = KILL_GRACE_S) -> None:
     """SIGTERM the child's whole process group, then SIGKILL whatever is left after `grace` s."""
-    if proc.poll() is not None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)  # grandchildren the child left behind
-        return
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, sig)
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                break
-            time.sleep(0.05)
+    kill_groups([proc], grace)
+
+
+def kill_groups(procs: list[subprocess.Popen[Any]], grace: float = KILL_GRACE_S) -> None:
+    """kill_group for several children at once: one grace period for all of them."""
+    for proc in procs:
         if proc.poll() is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
+                os.killpg(proc.pid, signal.SIGKILL)  # grandchildren the child left behind
+    running = [p for p in procs if p.poll() is None]
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
+        if not running:
             return
+        for proc in running:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, sig)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and any(p.poll() is None for p in running):
+            time.sleep(0.05)
+        for proc in [p for p in running if p.poll() is not None]:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        running = [p for p in running if p.poll() is None]
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below `pid` (children, their children...), from /proc; [] where there is none."""
+    parents: dict[int, list[int]] = {}
+    try:
+        entries = [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return []
+    for entry in entries:
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != b"Z":
+            parents.setdefault(int(fields[1]), []).append(int(entry))
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL `pid`, its process group and every descendant, whatever session each put itself in."""
+    for p in [*descendants(pid), pid]:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(p, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
 
 
 @contextlib.contextmanager
@@ -131,6 +228,7 @@ def managed(cmd: Sequence[str], **kwargs: Any) -> Iterator[subprocess.Popen[Any]
                     stream.close()
         if proc.poll() is None:
             proc.wait()
+        _forget(proc)
 
 
 def run(cmd: Sequence[str], *, input: Any = None, timeout: float | None = None, check: bool = False,

@@ -7,7 +7,8 @@ build context) and host (doctor reports it). Base layer: host/ may use it too.
 from __future__ import annotations
 
 import re
-import subprocess
+
+from envbuilder import procs
 
 VERSION_TIMEOUT_S = 10.0
 
@@ -21,8 +22,8 @@ def uv_binary() -> str:
 def uv_version(timeout: float = VERSION_TIMEOUT_S) -> str | None:
     """'0.13.9', or None when the uv package is missing or its binary does not answer."""
     try:
-        out = subprocess.run([uv_binary(), "--version"], capture_output=True, text=True, timeout=timeout,
-                             check=True).stdout
+        out = procs.run([uv_binary(), "--version"], capture_output=True, text=True, timeout=timeout,
+                        check=True).stdout
     except Exception:  # ImportError, OSError, timeout, non-zero exit: all mean "unknown"
         return None
     m = re.search(r"uv (\S+)", out)

@@ -13,6 +13,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -245,3 +246,30 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     for entries in copies.values():
         for _, entry in sorted(entries, reverse=True)[2:]:
             shutil.rmtree(entry, ignore_errors=True)
+
+
+# --- a real bundle of a tiny lock, made offline (test_faults, test_signals) ---
+
+
+@pytest.fixture(scope="session")
+def bundle_master(tmp_path_factory: pytest.TempPathFactory, http_server: Any) -> dict[str, Path]:
+    """A lock of the smoke row (with its stage-2 sdist) against a hashed index on the session's HTTP server,
+    and its bundle twice: as a directory and split into parts. Made once; tests damage copies."""
+    import sys
+
+    from faultkit import hashed_index
+
+    hashed_index(http_server.root / "faultkit")
+    root = tmp_path_factory.mktemp("bundle-master")
+    env = {**os.environ, "UV_NO_INDEX": "1", "UV_FIND_LINKS": f"{http_server.url}/faultkit/index.html",
+           "UV_CACHE_DIR": str(root / "uv-cache")}
+    env.pop("UV_OFFLINE", None)
+    out = {"lock": root / "lock", "unsplit": root / "bundle", "split": root / "split", "cache": root / "cache"}
+    for args in (["lock", "--nemo", "smoke", "--no-detect", "-o", str(out["lock"])],
+                 ["bundle", str(out["lock"]), "-o", str(out["unsplit"]), "--cache-dir", str(out["cache"])],
+                 ["bundle", str(out["lock"]), "-o", str(out["split"]), "--split", "1M", "--cache-dir",
+                  str(out["cache"])]):
+        proc = subprocess.run([sys.executable, "-m", "envbuilder", *args], env=env, capture_output=True, text=True,
+                              cwd=REPO, check=False, timeout=600)
+        assert proc.returncode == 0, proc.stderr
+    return out

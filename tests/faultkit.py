@@ -118,6 +118,18 @@ def children_of(pid: int) -> list[int]:
     return out
 
 
+def descendants_of(pid: int) -> set[int]:
+    """Every live process below `pid`, whatever session it put itself in (from /proc)."""
+    out: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children_of(todo.pop()):
+            if child not in out:
+                out.add(child)
+                todo.append(child)
+    return out
+
+
 def alive(pid: int) -> bool:
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()

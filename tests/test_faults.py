@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from faultkit import OFFLINE_LOCK_ARGS, hashed_index, offline_env, offline_index, snapshot
+from faultkit import OFFLINE_LOCK_ARGS, offline_env, offline_index, snapshot
 
 from envbuilder.cli import main
 
@@ -99,26 +99,6 @@ def built_lock(tmp_path_factory: pytest.TempPathFactory, offline: dict[str, str]
     proc = subprocess.run([sys.executable, "-m", "envbuilder", *OFFLINE_LOCK_ARGS, "-o", str(out)],
                           env={**os.environ, **offline}, capture_output=True, text=True, cwd=REPO, check=False)
     assert proc.returncode == 0, proc.stderr
-    return out
-
-
-@pytest.fixture(scope="session")
-def bundle_master(tmp_path_factory: pytest.TempPathFactory, http_server: Any) -> dict[str, Path]:
-    """A lock of the smoke row (with its stage-2 sdist) against a hashed index on the session's HTTP server,
-    and its bundle twice: as a directory and split into parts. Made once; tests damage copies."""
-    hashed_index(http_server.root / "faultkit")
-    root = tmp_path_factory.mktemp("bundle-master")
-    env = {**os.environ, "UV_NO_INDEX": "1", "UV_FIND_LINKS": f"{http_server.url}/faultkit/index.html",
-           "UV_CACHE_DIR": str(root / "uv-cache")}
-    env.pop("UV_OFFLINE", None)
-    out = {"lock": root / "lock", "unsplit": root / "bundle", "split": root / "split", "cache": root / "cache"}
-    for args in (["lock", "--nemo", "smoke", "--no-detect", "-o", str(out["lock"])],
-                 ["bundle", str(out["lock"]), "-o", str(out["unsplit"]), "--cache-dir", str(out["cache"])],
-                 ["bundle", str(out["lock"]), "-o", str(out["split"]), "--split", "1M", "--cache-dir",
-                  str(out["cache"])]):
-        proc = subprocess.run([sys.executable, "-m", "envbuilder", *args], env=env, capture_output=True, text=True,
-                              cwd=REPO, check=False, timeout=600)
-        assert proc.returncode == 0, proc.stderr
     return out
 
 

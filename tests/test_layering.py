@@ -189,7 +189,7 @@ def test_in_environment_certify_imports_stdlib_and_torch_only() -> None:
     """At import time, in-environment modules use the standard library, torch and envbuilder's
     stdlib-only base modules; anything else is imported lazily, inside a try, where it is probed."""
     allowed_envbuilder = {"envbuilder", "envbuilder.archlist", "envbuilder.canonical", "envbuilder.errors",
-                          "envbuilder.jsonread", "envbuilder.safetext"}
+                          "envbuilder.jsonread", "envbuilder.safetext", "envbuilder.procs", "envbuilder.atomic"}
     bad = []
     for name, path in _in_environment_modules().items():
         for mod in _top_level_imports(path):

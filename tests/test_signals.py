@@ -6,6 +6,7 @@ always lands while the uv child runs. Children are found and checked through /pr
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -17,7 +18,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from faultkit import OFFLINE_LOCK_ARGS, alive, children_of, offline_env, offline_index, processes_in, snapshot
+from faultkit import (
+    OFFLINE_LOCK_ARGS,
+    alive,
+    children_of,
+    descendants_of,
+    offline_env,
+    offline_index,
+    processes_in,
+    snapshot,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -178,3 +188,146 @@ def test_sigterm_kills_the_childs_whole_process_group(tmp_path: Path) -> None:
     os.kill(proc.pid, signal.SIGTERM)
     proc.communicate(timeout=30)
     assert _gone_within(child, 5) and _gone_within(grandchild, 5)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_lock_all_kills_its_running_rows_and_commits_nothing_after_the_signal(tmp_path: Path, silent_index: str,
+                                                                            sig: int) -> None:
+    """`lock --all` with two rows at a time, each uv hanging on an index that never answers: the signal kills
+    every running row's uv at once (the rows are not left to finish), and nothing is written after it."""
+    out = tmp_path / "locks"
+    out.mkdir()
+    (out / "README.md").write_text("the user's file\n")
+    before = snapshot(out)
+    env = {**os.environ, "UV_DEFAULT_INDEX": silent_index, "UV_CACHE_DIR": str(tmp_path / "cold-cache"),
+           "UV_HTTP_TIMEOUT": "300", "UV_HTTP_RETRIES": "0"}
+    for var in ("UV_NO_INDEX", "UV_FIND_LINKS", "UV_OFFLINE"):
+        env.pop(var, None)
+    proc = subprocess.Popen([sys.executable, "-m", "envbuilder", "lock", "--all", "-o", str(out), "--jobs", "2"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    deadline = time.monotonic() + 120
+    uvs: set[int] = set()
+    while time.monotonic() < deadline and len(uvs) < 2:
+        uvs = {k for k in children_of(proc.pid)
+               if any(k in processes_in(p) for p in out.iterdir() if ".staging." in p.name)}
+        time.sleep(0.3)
+    assert len(uvs) == 2, "two rows' uv lock never ran at once"
+    tree = descendants_of(proc.pid)
+    t0 = time.monotonic()
+    os.kill(proc.pid, sig)
+    try:
+        _, err = proc.communicate(timeout=60)
+    finally:  # whatever happened, leave no lock --all (or uv) running on this machine
+        for pid in [proc.pid, *tree]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert time.monotonic() - t0 < 20, "lock --all waited for its running rows instead of killing them"
+    assert proc.returncode == 128 + sig and "interrupted" in err and "Traceback" not in err
+    assert all(_gone_within(pid, 5) for pid in tree | uvs), "a row's uv (or its children) outlived lock --all"
+    assert [p.name for p in out.iterdir() if ".staging." in p.name] == []
+    assert snapshot(out) == before, "lock --all wrote or left something after the signal"
+
+
+def _kill_all(pids: set[int]) -> None:
+    """Leave nothing running on this machine, whatever the test found."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _hanging_uv(tmp_path: Path, hang_on: str) -> tuple[Path, Path]:
+    """A `uv` that is the real one, except that `uv HANG_ON ...` records its pid and sleeps (a slow install)."""
+    from envbuilder.uvbin import uv_binary
+
+    pidfile = tmp_path / f"uv-{hang_on}.pid"
+    fake = tmp_path / "uv-hangs"
+    fake.write_text(f'#!/bin/sh\nif [ "$1" = "{hang_on}" ]; then echo $$ > "{pidfile}"; exec sleep 300; fi\n'
+                    f'exec "{uv_binary()}" "$@"\n')
+    fake.chmod(0o755)
+    return fake, pidfile
+
+
+def _cli_with_uv(fake: Path, module: str, args: list[str], env: dict[str, str] | None = None
+                 ) -> subprocess.Popen[str]:
+    """envbuilder ARGS in a child process whose `module` calls the fake uv."""
+    code = (f"import sys, {module} as m; m.uv_binary = lambda: {str(fake)!r}; "
+            "from envbuilder.cli import main; main(sys.argv[1:])")
+    return subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=REPO, env={**os.environ, **(env or {})})
+
+
+def _wait_for(pidfile: Path, proc: subprocess.Popen[str], seconds: float = 120) -> int:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if pidfile.exists() and pidfile.read_text().strip():
+            return int(pidfile.read_text())
+        if proc.poll() is not None:
+            pytest.fail(f"envbuilder ended before uv ran: {proc.stderr.read() if proc.stderr else ''}")
+        time.sleep(0.1)
+    proc.kill()
+    pytest.fail("the slow uv never started")
+
+
+def test_install_killed_leaves_no_uv_and_the_next_install_cleans_up(tmp_path: Path,
+                                                                     bundle_master: dict[str, Path]) -> None:
+    """kill -9 of `install` during `uv pip install`: uv dies with it (PR_SET_PDEATHSIG), and the next install
+    removes the dead run's unpacked bundle and staging venv (they are ~1 GB on a real bundle)."""
+    fake, pidfile = _hanging_uv(tmp_path, "pip")
+    venv = tmp_path / "venv"
+    proc = _cli_with_uv(fake, "envbuilder.bundle.install", ["install", str(bundle_master["split"]), "--venv",
+                                                            str(venv)])
+    uv_pid = _wait_for(pidfile, proc)
+    tree = descendants_of(proc.pid)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    try:
+        assert all(_gone_within(pid, 5) for pid in tree | {uv_pid}), "uv pip install outlived a killed install"
+    finally:
+        _kill_all(tree | {uv_pid})
+    left = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".venv."))
+    assert left, "SIGKILL runs no cleanup: the dead run's directories are still there"
+    again = subprocess.run([sys.executable, "-m", "envbuilder", "install", str(bundle_master["split"]), "--venv",
+                            str(venv)], capture_output=True, text=True, cwd=REPO, check=False, timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".venv.")) == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_wheels_signal_leaves_no_uv_sync(tmp_path: Path, bundle_master: dict[str, Path], sig: int) -> None:
+    """`wheels` preparing its build venv (`uv sync`): SIGTERM and SIGKILL both take uv down with envbuilder."""
+    fake, pidfile = _hanging_uv(tmp_path, "sync")
+    proc = _cli_with_uv(fake, "envbuilder.kernels.torchenv",
+                        ["wheels", str(bundle_master["lock"]), "-o", str(tmp_path / "wh"), "--cache-dir",
+                         str(tmp_path / "cache")])
+    uv_pid = _wait_for(pidfile, proc)
+    tree = descendants_of(proc.pid)
+    os.kill(proc.pid, sig)
+    proc.communicate(timeout=30)
+    try:
+        assert all(_gone_within(pid, 5) for pid in tree | {uv_pid}), "uv sync outlived wheels"
+    finally:
+        _kill_all(tree | {uv_pid})
+    assert not (tmp_path / "wh").exists() or not list((tmp_path / "wh").iterdir())
+
+
+def test_every_host_side_child_goes_through_procs() -> None:
+    """subprocess.run/Popen/check_output start a child with no process group of its own and no
+    PR_SET_PDEATHSIG: a killed envbuilder would orphan it. Host-side code starts children through procs only
+    (the in-environment certify modules and the image's own tools run inside the target, not here)."""
+    import ast
+
+    from test_layering import CERTIFY_HOST_SIDE
+
+    pkg = REPO / "envbuilder"
+    bad = []
+    for path in sorted(pkg.rglob("*.py")):
+        rel = path.relative_to(pkg).as_posix()
+        in_env = rel.startswith("certify/") and path.stem not in CERTIFY_HOST_SIDE
+        if rel == "procs.py" or in_env or rel.startswith("image/tools/"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "subprocess"
+                    and node.func.attr in ("run", "Popen", "call", "check_call", "check_output")):
+                bad.append(f"{rel}:{node.lineno} subprocess.{node.func.attr}")
+    assert not bad, "start children with envbuilder.procs (run, popen, managed):\n" + "\n".join(bad)

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,7 +21,8 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from envbuilder.atomic import guard_output_dir, promote_dir, staging_dir, write_atomic
+from envbuilder import procs
+from envbuilder.atomic import guard_output_dir, held_tempdir, promote_dir, staging_dir, write_atomic
 from envbuilder.bundle.manifest import MANIFEST, BundleManifest, read_manifest
 from envbuilder.bundle.parts import PARTS_INDEX, extract_parts, read_index, verify_parts
 from envbuilder.errors import (
@@ -103,7 +102,7 @@ def verify_tree(tree: Path, manifest_sha256: str | None = None, lock_sha256: str
 
 
 def _run(cmd: list[str], cwd: Path, env: dict[str, str], what: str) -> None:
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env)
+    proc = procs.run(cmd, cwd=cwd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
         head = next((ln for ln in lines if ln.startswith("error:")), lines[-1] if lines else f"exit {proc.returncode}")
@@ -128,7 +127,7 @@ def _see_host_venv(python: str, venv: Path) -> None:
     """
     if not Path(python).exists():
         return  # a version request: uv picked a base interpreter, nothing to add
-    proc = subprocess.run([python, "-c", _SITE_PROBE], capture_output=True, text=True, timeout=120)
+    proc = procs.run([python, "-c", _SITE_PROBE], capture_output=True, text=True, timeout=120)
     if proc.returncode != 0:
         return
     info = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -152,7 +151,8 @@ def run_install(opts: InstallOptions, progress: Progress = lambda _: None) -> In
     venv = guard_output_dir(Path(opts.venv), lambda d: (d / INSTALL_RECORD).is_file(),
                             "a venv envbuilder installed", "--venv")
     venv.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=f".{venv.name}.bundle.", dir=venv.parent) as tmp:
+    # held by this run; a killed run's unpacked bundle (and staging venv: staging_dir) goes at the next run
+    with held_tempdir(venv.parent, f".{venv.name}.bundle.") as tmp:
         bound: dict[str, str | None] = {"manifest_sha256": None, "lock_sha256": None}
         if (bundle / PARTS_INDEX).is_file() or (bundle / PARTS_INDEX).is_symlink():
             index = read_index(bundle)

@@ -13,14 +13,14 @@ backend on the target); otherwise the sdist travels and the bundle says so.
 from __future__ import annotations
 
 import os
-import subprocess
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.utils import parse_wheel_filename
 
+from envbuilder import procs
+from envbuilder.atomic import run_tempdir
 from envbuilder.lock.interpreter import interpreter_for
 from envbuilder.lock.record import sha256_file
 from envbuilder.lock.uvrun import uv_binary, uv_env
@@ -67,9 +67,9 @@ def prebuild(package: str, version: str, sdist: Path, sdist_sha256: str, python:
     # a concrete interpreter when one is installed: "3.12" alone makes uv look for a managed Python (a
     # download from GitHub) whenever the default python3 is another version or a pyenv shim cannot run
     python = interpreter_for(f"=={python}.*") or python
-    with tempfile.TemporaryDirectory(prefix="envbuilder-prebuild-") as tmp:
-        proc = subprocess.run([uv_binary(), "build", "--wheel", "--python", python, "--out-dir", tmp, str(sdist)],
-                              capture_output=True, text=True, env=env, timeout=1800)
+    with run_tempdir("prebuild") as tmp:
+        proc = procs.run([uv_binary(), "build", "--wheel", "--python", python, "--out-dir", str(tmp), str(sdist)],
+                         capture_output=True, text=True, env=env, timeout=1800)
         if proc.returncode != 0:
             last = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()][-1:] or ["no output"]
             return f"uv build failed: {last[0][:200]}"

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 from pathlib import Path
 
 from envbuilder.certify import CERT_NAME
@@ -120,9 +119,14 @@ def run_checks(a: argparse.Namespace, exp: Expectations, workdir: Path
 
 
 def main(argv: list[str] | None = None) -> int:
+    from envbuilder import procs
+    from envbuilder.atomic import run_tempdir
     from envbuilder.certify.report import build_certificate, write_outputs
 
     a = parse_args(argv)
+    # SIGTERM/SIGHUP unwind like Ctrl-C: the launcher's whole tree is killed (launch.run_worker) and the work
+    # directory removed on the way out; a SIGKILLed run's directory is removed by the next run (run_tempdir)
+    procs.install_signal_handlers()
     try:
         exp = load_expectations(a.expect)
     except EnvbuilderError as exc:
@@ -133,8 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         a.logs.mkdir(parents=True, exist_ok=True)
         checks, facts, tv = run_checks(a, exp, a.logs)
     else:
-        with tempfile.TemporaryDirectory(prefix="envbuilder-certify-") as tmp:
-            checks, facts, tv = run_checks(a, exp, Path(tmp))
+        with run_tempdir("certify-work") as tmp:
+            checks, facts, tv = run_checks(a, exp, tmp)
     cert = build_certificate(exp, facts, checks, a.level, tv, a.timestamp)
     if a.out:
         write_outputs(cert, a.out)
@@ -147,5 +151,15 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if cert.status != FAIL else EXIT_FAILED
 
 
+def entry() -> int:
+    from envbuilder import procs
+
+    try:
+        return main()
+    except KeyboardInterrupt as exc:  # SIGINT, or procs.Terminated for SIGTERM/SIGHUP: cleanup has run
+        log(f"interrupted ({procs.interrupt_name(exc)})")
+        return procs.interrupt_exit_code(exc)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())

@@ -10,13 +10,13 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from envbuilder.atomic import run_tempdir
 from envbuilder.canonical import sha256_file
 from envbuilder.certify.certificate import Artifact, Certificate, SbomRef
 from envbuilder.certify.expect import Expectations, load_expectations
@@ -106,8 +106,8 @@ def _out_dir(output: Path | None, progress: Progress) -> Iterator[Path]:
     """A private directory (0700, ours) for this run's files; they replace the previous certificate's
     only once the run finished. The environment never writes here: see `_env_dir`."""
     if output is None:
-        with tempfile.TemporaryDirectory(prefix="envbuilder-cert-") as tmp:
-            yield Path(tmp)
+        with run_tempdir("certify-out") as tmp:
+            yield tmp
         return
     from envbuilder.atomic import claim_output_dir, commit_files, staging_dir
 
@@ -234,8 +234,7 @@ def certify_environment(opts: CertifyOptions, progress: Progress = lambda _m: No
     if sbom is not None:
         artifact = artifact.with_sbom(SbomRef(SBOM_NAME, sha256_file(sbom)))
     signed = None
-    with tempfile.TemporaryDirectory(prefix="envbuilder-certify-in-") as tmp:
-        in_dir = Path(tmp)
+    with run_tempdir("certify-in") as in_dir:
         exp = _expectations(t, opts.lock, opts.expect, artifact, in_dir, progress)
         (in_dir / "expect.json").write_text(exp.to_json(), encoding="utf-8")
         in_dir.chmod(0o755)

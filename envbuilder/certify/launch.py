@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from envbuilder import procs
 
 # Keep NVLink multicast off unless the caller set it (some shared hosts require this).
 TERM_GRACE_S = 30.0  # a timed-out worker's time to stop what it started
@@ -45,10 +49,13 @@ def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 def worker_command(module: str, args: list[str], nproc: int, out: Path, torchrun: bool = True) -> list[str]:
     """The worker under torch.distributed.run (nproc ranks), or as one plain process for a worker that
     launches its own ranks (NeMo-Run's executor)."""
+    # a plain worker is procs.popen's own child (it dies with this process); under torchrun every worker runs
+    # through certify.worker, which makes it die with the launcher (torch puts each worker in a session of its
+    # own, out of reach of a process-group kill)
     if not torchrun:
         return [sys.executable, "-m", module, "--out", str(out), *args]
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-            "-m", module, "--out", str(out), *args]
+            "-m", "envbuilder.certify.worker", module, "--out", str(out), *args]
 
 
 def run_worker(module: str, args: list[str], nproc: int, workdir: Path, name: str,
@@ -61,22 +68,33 @@ def run_worker(module: str, args: list[str], nproc: int, workdir: Path, name: st
     out.unlink(missing_ok=True)
     cmd = worker_command(module, args, nproc, out, torchrun)
     t0 = time.perf_counter()
-    # own process group: on timeout the whole worker tree is killed, not just the launcher
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=worker_env(env), start_new_session=True)
+    # torch's own temporary files (torchelastic_*) go inside the work directory, so they go with it
+    tmp = workdir / f".tmp-{name}"
+    tmp.mkdir(exist_ok=True)
+    # own process group, and the launcher dies with this process (even on SIGKILL); on a timeout, a
+    # signal or an error the whole tree (launcher and workers, found through /proc) is killed
+    proc = procs.popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       env={**worker_env(env), "TMPDIR": str(tmp)})
     try:
         log, _ = proc.communicate(timeout=timeout_s)
         rc = proc.returncode
     except subprocess.TimeoutExpired:
         # SIGTERM first: a worker that started processes in sessions of their own (NeMo-Run's executor) stops
-        # them; SIGKILL whatever is left of the group after the grace period
-        os.killpg(proc.pid, signal.SIGTERM)
+        # them; then the whole tree, found through /proc, whatever is left of it after the grace period
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
         try:
             log, _ = proc.communicate(timeout=TERM_GRACE_S)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+            procs.kill_tree(proc.pid)
             log, _ = proc.communicate()
         rc, log = 124, (log or "") + f"\n[envbuilder] timed out after {timeout_s:.0f}s"
+    except BaseException:
+        procs.kill_tree(proc.pid)
+        proc.wait()
+        raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     wall = time.perf_counter() - t0
     log_path.write_text(log)
     result = json.loads(out.read_text()) if rc == 0 and out.exists() else None

@@ -222,7 +222,7 @@ class SqshTarget(_ContainerTarget):
         env = _base_env()
         enroot = _need("enroot")
         name = f"envbuilder-certify-{uuid.uuid4().hex[:8]}"
-        subprocess.run([enroot, "create", "--name", name, str(self.ref)], check=True, capture_output=True)
+        procs.run([enroot, "create", "--name", name, str(self.ref)], check=True, capture_output=True)
         argv = [enroot, "start", "--mount", f"{pkg}:{PKG_MOUNT}/envbuilder:ro,x-create=dir",
                 "--mount", f"{in_dir}:{IN_MOUNT}:ro,x-create=dir", "--mount", f"{out_dir}:{OUT_MOUNT}:x-create=dir"]
         for k, v in _INNER_ENV.items():
@@ -283,5 +283,5 @@ def run_certify(t: Target, inner_args: list[str], in_dir: Path, out_dir: Path, g
         proc = procs.run(argv, env=env, stdout=subprocess.PIPE, text=True)  # killed with envbuilder
     finally:
         for c in cleanup:
-            subprocess.run(c, capture_output=True)
+            procs.run(c, capture_output=True)
     return proc.returncode, proc.stdout

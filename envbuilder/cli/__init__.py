@@ -165,6 +165,7 @@ def report_error(err: EnvbuilderError, want_json: bool) -> None:
 def main(argv: list[str] | None = None) -> Any:
     args = sys.argv[1:] if argv is None else argv
     want_json = _wants_json(args)
+    procs.reset_stop()
     procs.install_signal_handlers()
     try:
         return cli.main(args=args, prog_name="envbuilder", standalone_mode=False)

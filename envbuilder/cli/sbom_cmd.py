@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import click
 
+from envbuilder import procs
 from envbuilder.cli.options import json_option, lock_dir_input
 from envbuilder.console import emit_json, stderr_console
 from envbuilder.errors import SbomError
@@ -27,8 +27,8 @@ def sbom(lock: Path, image: str | None, output: Path, audit_file: Path | None, a
 
     image_id = None
     if image:
-        got = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", image], capture_output=True,
-                             text=True, check=False)
+        got = procs.run(["docker", "image", "inspect", "--format", "{{.Id}}", image], capture_output=True,
+                        text=True, check=False)
         if got.returncode != 0:
             raise SbomError(f"image {image} is not in the local Docker engine",
                             f"build it first: envbuilder build {lock} --tag {image}")

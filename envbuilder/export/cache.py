@@ -17,13 +17,12 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envbuilder import __version__
+from envbuilder import __version__, procs
 from envbuilder.atomic import write_atomic
 from envbuilder.canonical import sha256_file
 from envbuilder.paths import cache_dir
@@ -57,7 +56,7 @@ def code_digest() -> str:
 
 
 def mksquashfs_version(binary: str) -> str:
-    out = subprocess.run([binary, "-version"], capture_output=True, text=True, check=False)
+    out = procs.run([binary, "-version"], capture_output=True, text=True, check=False)
     return (out.stdout or out.stderr).splitlines()[0].strip() if (out.stdout or out.stderr) else "unknown"
 
 

@@ -8,9 +8,9 @@ resolution (envbuilder.export.verify).
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
+from envbuilder.atomic import run_tempdir
 from envbuilder.errors import ImageNotFoundError
 from envbuilder.export import conventions, image_source, verify
 from envbuilder.export.flatten import LayerSource, merge_layers
@@ -39,7 +39,7 @@ def check_artifact_against_image(path: Path, image: str | None = None) -> verify
     offset = int(report["primary_partition"]["offset"]) if report["format"] == "sif" else 0
     client = image_source.docker_client()
     img = image_source.get_image(client, ref)
-    with tempfile.TemporaryDirectory(prefix="envbuilder-deep-") as tmp:
+    with run_tempdir("deep") as tmp:
         archive = Path(tmp) / "image.tar"
         image_source.spool_image(img, archive)
         with image_source.SavedImage(archive, ref, int(img.attrs.get("Size") or 0)) as saved:

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
+from envbuilder import procs
 from envbuilder.errors import ArtifactCorruptError, OutputPathError, ToolMissingError
 from envbuilder.export import sif as sifmod
 from envbuilder.export.squashfs import COMPRESSORS, SUPERBLOCK, Superblock, parse_superblock
@@ -128,7 +128,7 @@ def list_files(path: Path, offset: int = 0) -> list[str]:
     cmd = [tool, "-lln"]
     if offset:
         cmd += ["-o", str(offset)]
-    proc = subprocess.run([*cmd, "-d", "", str(path)], capture_output=True, text=True, check=False)
+    proc = procs.run([*cmd, "-d", "", str(path)], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise _corrupt(path, f"unsquashfs cannot read the filesystem: {proc.stderr.strip()[-300:]}")
     return [line for line in proc.stdout.splitlines() if line.strip()]
@@ -139,7 +139,7 @@ def enroot_labels(path: Path) -> dict[str, str]:
     tool = shutil.which("unsquashfs")
     if not tool:
         raise ToolMissingError("unsquashfs is not on PATH", "install squashfs-tools")
-    proc = subprocess.run([tool, "-cat", str(path), "etc/rc"], capture_output=True, check=False)
+    proc = procs.run([tool, "-cat", str(path), "etc/rc"], capture_output=True, check=False)
     labels: dict[str, str] = {}
     if proc.returncode != 0:
         err = proc.stderr.decode(errors="replace")

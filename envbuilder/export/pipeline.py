@@ -25,7 +25,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from envbuilder import atomic, canonical
+from envbuilder import atomic, canonical, procs
 from envbuilder.canonical import sha256_file
 from envbuilder.choices import EXPORT_FEEDS, EXPORT_LAYER_SOURCES
 from envbuilder.errors import (
@@ -518,7 +518,6 @@ def compare_listings(ours: list[str], native: list[str]) -> dict[str, Any]:
 
 def compare_with_native(fmt: str, image: str, ours: Path) -> dict[str, Any]:
     """Build the same image with the site's own tool and compare file lists with ours."""
-    import subprocess
 
     from envbuilder.errors import RuntimeCommandError, ToolMissingError
     from envbuilder.export import inspect as inspect_mod
@@ -532,7 +531,7 @@ def compare_with_native(fmt: str, image: str, ours: Path) -> dict[str, Any]:
     native = ours.with_name(f".{ours.name}.native")
     cmd = form.native_command(path, native, image)
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
+        proc = procs.run(cmd, capture_output=True, text=True, errors="replace")
         if proc.returncode != 0:
             tail = (proc.stderr.strip() or proc.stdout.strip()).splitlines()[-20:]
             raise RuntimeCommandError(

@@ -12,12 +12,12 @@ from the artifact's root, as inside the container) reaches the same path, existi
 from __future__ import annotations
 
 import shutil
-import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from envbuilder import procs
 from envbuilder.errors import ArtifactImageMismatchError, ToolMissingError
 from envbuilder.export.flatten import MergedTree, ordered_entries
 
@@ -83,7 +83,7 @@ def list_tree(artifact: Path, offset: int = 0) -> FileTree:
     if not tool:
         raise ToolMissingError("unsquashfs is not on PATH", "install squashfs-tools")
     cmd = [tool, "-lln", *(["-o", str(offset)] if offset else []), "-d", "", str(artifact)]
-    proc = subprocess.run(cmd, capture_output=True, check=False)
+    proc = procs.run(cmd, capture_output=True, check=False)
     if proc.returncode != 0:
         raise ArtifactImageMismatchError(
             f"{artifact}: unsquashfs cannot list it: {proc.stderr.decode(errors='replace').strip()[-300:]}",

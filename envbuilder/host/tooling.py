@@ -11,7 +11,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from envbuilder import uvbin
+from envbuilder import procs, uvbin
 from envbuilder.host.model import ToolStatus
 
 PROBE_TIMEOUT_S = 5.0
@@ -44,7 +44,7 @@ def probe_command(name: str, version_args: list[str], path: str | None = None) -
     if exe is None:
         return ToolStatus(False, "not found on PATH")
     try:
-        proc = subprocess.run([exe, *version_args], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
+        proc = procs.run([exe, *version_args], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return ToolStatus(False, f"{exe}: {exc}")
     lines = (proc.stdout or proc.stderr).strip().splitlines()

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from envbuilder import procs
 from envbuilder.errors import BuildTorchError
 from envbuilder.jsonread import Fields
 
@@ -95,7 +96,7 @@ def probe_torch(python: Path | str) -> HostTorch:
     """Run `python` and read its torch; BuildTorchError when it cannot run or has no torch."""
     code = probe_code()
     try:
-        proc = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=300)
+        proc = procs.run([str(python), "-c", code], capture_output=True, text=True, timeout=300)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise BuildTorchError(f"cannot run the interpreter {python}: {exc}",
                               "pass --interpreter with the path of a Python that has torch") from exc

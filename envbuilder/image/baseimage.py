@@ -15,12 +15,12 @@ import argparse
 import hashlib
 import os
 import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
+from envbuilder import procs
+from envbuilder.atomic import run_tempdir
 from envbuilder.errors import BaseImageMissingError, ToolMissingError
 from envbuilder.image import engine
 from envbuilder.image.images import test_base_tag
@@ -74,10 +74,10 @@ def bootstrap(tag: str | None = None, force: bool = False, log: bool = True) -> 
         raise ToolMissingError("mmdebstrap is not installed (it bootstraps the test base image)",
                                "run scripts/setup-host.sh (apt-get install mmdebstrap)")
     t0 = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="envbuilder-base-") as tmp:
+    with run_tempdir("base") as tmp:
         tar = Path(tmp) / "rootfs.tar"
         env = {**os.environ, "SOURCE_DATE_EPOCH": SOURCE_DATE_EPOCH}
-        proc = subprocess.run(mmdebstrap_argv(tar), capture_output=True, text=True, env=env)
+        proc = procs.run(mmdebstrap_argv(tar), capture_output=True, text=True, env=env)
         if proc.returncode != 0:
             tail = proc.stderr.strip().splitlines()[-15:]
             raise BaseImageMissingError(f"mmdebstrap failed to bootstrap {SUITE}: {tail[-1] if tail else ''}",

@@ -49,8 +49,8 @@ def buildkit_cli() -> str:
     for cand in candidates:
         if not cand or not Path(cand).exists():
             continue
-        probe = subprocess.run([cand, "build", "--help"], capture_output=True, text=True,
-                               env={**os.environ, "DOCKER_BUILDKIT": "1"})
+        probe = procs.run([cand, "build", "--help"], capture_output=True, text=True,
+                          env={**os.environ, "DOCKER_BUILDKIT": "1"})
         if probe.returncode == 0 and "--secret" in probe.stdout:
             return cand
     raise DockerUnavailableError(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import subprocess
 import tempfile
 import time
 from collections.abc import Callable
@@ -12,9 +11,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from envbuilder import __version__
+from envbuilder import __version__, procs
 from envbuilder.archlist import ArchList
-from envbuilder.atomic import write_atomic
+from envbuilder.atomic import run_tempdir, write_atomic
 from envbuilder.choices import BUILD_TARGETS, DEFAULT_BUILD_TARGET, LockMode
 from envbuilder.errors import BuildFailedError, InvalidOptionError, NoCudaSourcesError, SecretLeakError
 from envbuilder.image import engine, layerscan, registry
@@ -89,7 +88,7 @@ def probe_python(c: Any, image: str) -> str | None:
 
 def git_revision() -> str:
     try:
-        out = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
+        out = procs.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
     except OSError:
         return "unknown"
     return out.stdout.strip() if out.returncode == 0 else "unknown"
@@ -311,9 +310,8 @@ def build_image(opts: BuildOptions, progress: BuildProgress = _no_progress) -> B
         progress(BuildEvent("message", f"stage 2 from the wheelhouse {opts.wheelhouse}: "
                                        f"{', '.join(prebuilt) or 'nothing'}"))
     log = BuildLog()
-    with tempfile.TemporaryDirectory(prefix="envbuilder-ctx-") as tmp, \
+    with run_tempdir("ctx") as ctx, \
             secret_files(ca_bundle, opts.secrets, proxy_secrets) as (secret_argv, secret_ids):
-        ctx = Path(tmp)
         dockerfile = render_dockerfile(RenderValues(
             mode=mode, builder_base=bases.builder, runtime_base=bases.runtime, python=want_py,
             python_from=python_from, archs=archs, jobs=jobs, secret_ids=tuple(secret_ids),

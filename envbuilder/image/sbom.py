@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from envbuilder import __version__
+from envbuilder import __version__, procs
 from envbuilder.atomic import write_atomic
 from envbuilder.audit.report import AuditReport, Finding
 from envbuilder.canonical import sha256_file
@@ -51,7 +51,7 @@ class SbomResult:
 def uv_cyclonedx(lockdir: Path) -> dict[str, Any]:
     cmd = [uv_binary(), "export", "--format", "cyclonedx1.5", "--frozen", "--no-emit-project",
            "--preview-features", "sbom-export", "--all-extras", "--all-groups"]
-    proc = subprocess.run(cmd, cwd=lockdir, capture_output=True, text=True, env=uv_env(None), check=False)
+    proc = procs.run(cmd, cwd=lockdir, capture_output=True, text=True, env=uv_env(None), check=False)
     if proc.returncode != 0:
         tail = proc.stderr.strip().splitlines()[-1:] or ["no output"]
         raise SbomError(f"uv export --format cyclonedx1.5 failed in {lockdir}: {tail[0]}",
@@ -67,7 +67,7 @@ def image_os_packages(image: str) -> tuple[str, str, list[tuple[str, str, str]] 
     """(distro id, codename, [(package, version, arch)]) or None packages when the image has no dpkg."""
     cmd = ["docker", "run", "--rm", "--network", "none", "--entrypoint", "sh", image, "-c", _OS_SCRIPT]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+        proc = procs.run(cmd, capture_output=True, text=True, timeout=300, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise SbomError(f"cannot run {image} to list its OS packages ({exc})", "start the Docker engine") from exc
     if proc.returncode != 0:

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from envbuilder.atomic import run_tempdir
 from envbuilder.errors import SecretSpecError
 
 _ID = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -100,9 +99,8 @@ def proxy_settings(environ: dict[str, str] | None = None) -> tuple[dict[str, str
 def secret_files(ca_bundle: Path | None, specs: list[SecretSpec],
                  env_values: dict[str, str]) -> Iterator[tuple[list[str], list[str]]]:
     """Yield (docker --secret arguments, secret ids besides 'ca'); temp files removed after."""
-    tmp = Path(tempfile.mkdtemp(prefix="envbuilder-secrets-"))
-    os.chmod(tmp, 0o700)
-    try:
+    # held by this run (0700); a killed run's secrets are removed by the next run (run_tempdir), not left on disk
+    with run_tempdir("secrets") as tmp:
         argv: list[str] = []
         ids: list[str] = []
         if ca_bundle is not None:
@@ -127,5 +125,3 @@ def secret_files(ca_bundle: Path | None, specs: list[SecretSpec],
         if len(set(ids)) != len(ids):
             raise SecretSpecError(f"secret ids repeat: {', '.join(sorted(ids))}", "give each --secret its own id")
         yield argv, ids
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)

@@ -11,10 +11,10 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from envbuilder import procs
 from envbuilder.archlist import ArchList
 from envbuilder.errors import ArchMismatchError, CudaToolkitError
 
@@ -61,7 +61,7 @@ def find_cuobjdump(extra_dirs: list[Path] | None = None) -> Path:
 
 
 def _list(cuobjdump: Path, flag: str, path: Path) -> tuple[str, ...]:
-    proc = subprocess.run([str(cuobjdump), flag, str(path)], capture_output=True, text=True, timeout=300)
+    proc = procs.run([str(cuobjdump), flag, str(path)], capture_output=True, text=True, timeout=300)
     text = proc.stdout + proc.stderr
     if proc.returncode != 0 and "does not contain device code" not in text:
         raise CudaToolkitError(f"cuobjdump {flag} {path.name} failed: {text.strip()[-300:]}",

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from envbuilder import procs
 from envbuilder.atomic import guard_output_dir, promote_dir, staging_dir, write_atomic
 from envbuilder.errors import ArchMismatchError, InvalidOptionError, LockDirError
 from envbuilder.kernels import cache as wcache
@@ -233,7 +234,7 @@ def wheel_include_dirs(interpreter: str) -> list[str]:
     cublas_v2.h, cusparse.h and cusolverDn.h; a full CUDA toolkit has them (NGC images, /usr/local/cuda), the
     compiler-only toolkit envbuilder assembles (kernels/toolkit.py) and a toolkit beside pip's torch do not."""
     try:
-        out = subprocess.run([interpreter, "-c", _WHEEL_HEADERS], capture_output=True, text=True, timeout=60)
+        out = procs.run([interpreter, "-c", _WHEEL_HEADERS], capture_output=True, text=True, timeout=60)
         return [str(d) for d in json.loads(out.stdout.strip() or "[]")]
     except (OSError, ValueError, subprocess.TimeoutExpired):
         return []

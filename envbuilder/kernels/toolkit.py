@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from envbuilder import procs
 from envbuilder.atomic import write_atomic
 from envbuilder.errors import CudaToolkitError
 from envbuilder.kernels.files import fetch
@@ -71,7 +72,7 @@ def nvcc_version(root: Path) -> str | None:
     if not nvcc.is_file():
         return None
     try:
-        out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, timeout=60).stdout
+        out = procs.run([str(nvcc), "--version"], capture_output=True, text=True, timeout=60).stdout
     except (OSError, subprocess.TimeoutExpired):
         return None
     m = _RELEASE.search(out)

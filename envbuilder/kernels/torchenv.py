@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+from envbuilder import procs
 from envbuilder.atomic import write_atomic
 from envbuilder.errors import BuildTorchError, HostTorchMismatchError, UvError
 from envbuilder.host.torchprobe import HostTorch, RecordedTorch, probe_torch
@@ -97,7 +97,7 @@ def sync_stage1_venv(lockdir: Path, record: LockRecord, venv: Path, progress: Pr
     env = uv_env(ca_bundle)
     env["UV_PROJECT_ENVIRONMENT"] = str(venv)
     progress(f"syncing the build venv from stage 1 of the lock: {venv}")
-    proc = subprocess.run(cmd, cwd=project, capture_output=True, text=True, env=env)
+    proc = procs.run(cmd, cwd=project, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise UvError(f"uv sync of the build venv failed: {proc.stderr.strip().splitlines()[-1:]}",
                       "check network access (stage 1 downloads torch), or use --torch-from host --interpreter PY",

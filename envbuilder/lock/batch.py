@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from envbuilder import procs
 from envbuilder.errors import EnvbuilderError
 from envbuilder.lock.pipeline import LockOptions, LockResult, run_lock
 from envbuilder.matrix.model import Matrix
@@ -105,8 +106,10 @@ def lock_all(matrix: Matrix, request: Callable[[str], ResolveRequest], output: P
                 done += 1
             progress(outcome.row, done, len(rows), outcome)
     except BaseException:
-        # interrupted (or a bug in one row): rows not yet started never start; running rows
-        # finish or fail inside their own staging directories, so no output is half-written
+        # interrupted (or a bug in one row): rows not yet started never start, and the running rows'
+        # uv children are killed now (not left to finish: a row committed after the signal would make
+        # "left as it was" untrue); procs.STOPPING also keeps a row that had finished uv from committing
+        procs.stop_all()
         pool.shutdown(wait=True, cancel_futures=True)
         raise
     pool.shutdown(wait=True)

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.markers import InvalidMarker, Marker
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
+from envbuilder import procs
+from envbuilder.atomic import run_tempdir
 from envbuilder.errors import LockDirError, UvError
 from envbuilder.lock.record import RECORD_NAME
 from envbuilder.lock.uvlock import marker_env
@@ -44,7 +44,7 @@ class Requirement:
 
 def export_requirements(lockdir: Path, extras: list[str], no_emit: list[str] | None = None) -> str:
     """`uv export --frozen --offline` of a lock directory (reads uv.lock only): hashed requirements text."""
-    with tempfile.TemporaryDirectory(prefix="envbuilder-export-") as tmp:
+    with run_tempdir("uv-export") as tmp:
         for name in LOCK_FILES:
             if (lockdir / name).exists():
                 shutil.copy2(lockdir / name, Path(tmp) / name)
@@ -54,7 +54,7 @@ def export_requirements(lockdir: Path, extras: list[str], no_emit: list[str] | N
             cmd += ["--extra", extra]
         for name in no_emit or []:
             cmd += ["--no-emit-package", name]
-        proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, env=uv_env(None))
+        proc = procs.run(cmd, cwd=tmp, capture_output=True, text=True, env=uv_env(None))
     if proc.returncode != 0:
         raise UvError(f"uv export failed: {proc.stderr.strip()[-300:]}", "re-run envbuilder lock for this directory")
     return proc.stdout

@@ -25,6 +25,7 @@ from pathlib import Path
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from envbuilder import procs
 from envbuilder.errors import EnvbuilderError
 
 CANDIDATE_MINORS = ("3.10", "3.11", "3.12", "3.13", "3.14")
@@ -42,8 +43,8 @@ def uv_lacked_interpreter(exc: EnvbuilderError) -> bool:
 
 def _version_of(exe: str) -> str | None:
     try:
-        proc = subprocess.run([exe, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                              capture_output=True, text=True, timeout=20, check=False)
+        proc = procs.run([exe, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                         capture_output=True, text=True, timeout=20, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None
     out = proc.stdout.strip()

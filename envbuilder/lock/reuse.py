@@ -16,11 +16,11 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from envbuilder import procs
 from envbuilder.errors import EnvbuilderError, MalformedFileError
 from envbuilder.lock.uvlock import read_uv_lock
 from envbuilder.lock.uvrun import run_uv_lock, uv_binary, uv_env
@@ -75,8 +75,8 @@ def reusable_constraints(lockdir: Path, render: Callable[[list[str]], str], pyth
 def uv_cache_dir(ca_bundle: Path | None = None) -> Path | None:
     """uv's cache directory as uv itself resolves it (UV_CACHE_DIR, XDG, --no-cache...)."""
     try:
-        proc = subprocess.run([uv_binary(), "cache", "dir"], capture_output=True, text=True,
-                              env=uv_env(ca_bundle), cwd="/", check=False)
+        proc = procs.run([uv_binary(), "cache", "dir"], capture_output=True, text=True,
+                         env=uv_env(ca_bundle), cwd="/", check=False)
     except OSError:
         return None
     path = proc.stdout.strip()

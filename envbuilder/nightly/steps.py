@@ -14,9 +14,10 @@ Paths per row (OUT = --output, default build/nightly):
 from __future__ import annotations
 
 import hashlib
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from envbuilder import procs
 
 # push comes last: only an image whose certificate verified is pushed (and only with --push)
 STEPS = ("lock-check", "audit", "build", "sbom", "export-sqsh", "export-sif", "certify", "verify", "push")
@@ -134,9 +135,9 @@ def image_lock_label(tag: str) -> str | None:
     """The lock sha256 an image in the local engine was built from (None when it is absent)."""
     from envbuilder.lock.record import LABEL_LOCK_SHA256
 
-    got = subprocess.run(["docker", "image", "inspect", "--format",
+    got = procs.run(["docker", "image", "inspect", "--format",
                           "{{index .Config.Labels \"" + LABEL_LOCK_SHA256 + "\"}}", tag],
-                         capture_output=True, text=True, check=False)
+                    capture_output=True, text=True, check=False)
     return got.stdout.strip() or None if got.returncode == 0 else None
 
 

@@ -11,13 +11,14 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from envbuilder import procs
+from envbuilder.atomic import run_tempdir
 from envbuilder.errors import ToolMissingError
 
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
@@ -77,11 +78,11 @@ def broken_local_links(page: Path, html: str) -> list[str]:
 
 def _run(args: list[str], timeout: int) -> subprocess.CompletedProcess[str]:
     # a private profile: no state shared with other runs; --no-sandbox because CI runs as root
-    with tempfile.TemporaryDirectory(prefix="envbuilder-chromium-") as profile:
+    with run_tempdir("chromium") as profile:
         cmd = [find_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
                "--disable-extensions", f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", *args]
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                              env={**os.environ, "HOME": profile})
+        return procs.run(cmd, capture_output=True, text=True, timeout=timeout,
+                         env={**os.environ, "HOME": str(profile)})
 
 
 def check_page(page: Path, screenshot: Path | None = None, size: tuple[int, int] = (1600, 1000),
