@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from envbuilder import procs
 from envbuilder.atomic import write_atomic
 from envbuilder.errors import GitSourceMismatchError, GitSourceUnavailableError
 from envbuilder.kernels import gittree
@@ -100,7 +101,7 @@ def parse_mirrors(values: Iterable[str], environ: dict[str, str] | None = None) 
 def _git(args: list[str], cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess[bytes]:
     env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_CONFIG_NOSYSTEM": "1"}
     try:
-        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, timeout=timeout, env=env)
+        return procs.run(["git", *args], cwd=cwd, capture_output=True, timeout=timeout, env=env)
     except FileNotFoundError as exc:
         raise GitSourceUnavailableError("git is not installed, and a stage-2 source needs it to be read from a "
                                         "mirror", "install git (apt-get install git)") from exc
