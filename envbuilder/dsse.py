@@ -35,6 +35,7 @@ KEY_ENV = "ENVBUILDER_SIGNING_KEY"
 _MAX_KEY_BYTES = 64 * 1024
 #: envelopes hold a statement of a few KiB
 _MAX_ENVELOPE_BYTES = 4 << 20
+MAX_ENVELOPE_BYTES = _MAX_ENVELOPE_BYTES
 
 
 @dataclass(frozen=True)

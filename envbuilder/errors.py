@@ -465,6 +465,13 @@ class MatrixBehindError(EnvbuilderError):
     kind = "matrix-behind"
 
 
+class SnapshotFileError(EnvbuilderError):
+    """`matrix refresh --snapshot`: the snapshot file is not the {"packages": {name: {version: time}}} it must be."""
+
+    exit_code = 84
+    kind = "snapshot-file"
+
+
 class ReleaseArtifactError(EnvbuilderError):
     """`matrix derive`: a file of the release is missing or malformed (the error names the file and field)."""
 
@@ -657,12 +664,15 @@ def os_error(exc: OSError, path: os.PathLike[str] | str | None = None, *, action
     `path` defaults to the one the OSError names; `action` is what was being done ("write",
     "read", "create", "open", ...), `flag` the option that named the path (its fix names it).
     """
-    where = str(path if path is not None else (exc.filename if exc.filename is not None else ""))
+    named = exc.filename if exc.filename not in (None, "") else None
+    code = exc.errno
+    # the file the OSError names is the one that failed (pyproject.toml, not the lock directory holding it);
+    # a full disk is reported for the directory the caller names (the filesystem is what matters)
+    where = str(path if path is not None and (code in _FULL or named is None) else (named or ""))
     reason = exc.strerror or (os.strerror(exc.errno) if exc.errno else "") or str(exc) or type(exc).__name__
     target = f"{action} {where}" if where else f"{action} a file"
     other = f"pass another {flag}" if flag else "choose another path"
     reading = action in ("read", "list")
-    code = exc.errno
     if code in _FULL:
         fs = f"the filesystem of {where}" if where else "a filesystem"
         return DiskFullError(f"{fs} is full ({reason}) while trying to {action}",

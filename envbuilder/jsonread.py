@@ -36,6 +36,8 @@ from envbuilder.safetext import finite, plain_name_problem, plain_relpath_proble
 MAX_BYTES = 16 << 20
 #: the default depth limit: envbuilder's own records nest at most ~8 levels
 MAX_DEPTH = 64
+#: a PEM CA bundle or a secret file (the system bundle is ~200 KiB)
+CA_BUNDLE_MAX_BYTES = 16 << 20
 
 _CHUNK = 1 << 20
 _MISSING: Any = object()

@@ -290,6 +290,14 @@ CASES: dict[str, tuple[Callable[[Kit], Case], int, str]] = {
                                 18, "--find-links /nonexistent"),
     "lock-ca-bundle-not-pem": (lambda k: Case(_lock("--ca-bundle", str(_pem(k)), "-o", str(k.lock)), [k.lock]),
                                33, "no PEM certificate"),
+    "lock-ca-bundle-endless": (lambda k: Case(_lock("--ca-bundle", "/dev/zero", "-o", str(k.lock)), [k.lock]), 121,
+                               "larger than"),
+    "build-ca-bundle-endless": (lambda k: Case(["build", str(k.lock), "--ca-bundle", "/dev/zero"], [k.lock]), 121,
+                                "larger than"),
+    "certify-sign-key-endless": (lambda k: Case(["certify", "--venv", sys.prefix, "--level", "0", "-o",
+                                                 str(k.tmp / "c"), "--sign", "/dev/zero"], [k.tmp]), 90, "larger than"),
+    "verify-cert-key-endless": (lambda k: Case(["verify-cert", str(_cert(k)), "--lock", str(k.lock), "--key",
+                                                "/dev/zero"], [k.tmp]), 90, "larger than"),
     "lock-ca-bundle-missing": (lambda k: Case(_lock("--ca-bundle", "/nonexistent.pem")), 2, "does not exist"),
     "lock-o-proc": (lambda k: Case(_lock("-o", "/proc/x")), 76, "/proc/x"),
     "lock-o-is-file": (lambda k: Case(_lock("-o", str(k.lock / "NOTES.md")), [k.lock]), 41, "not a directory"),
@@ -569,6 +577,67 @@ CASES: dict[str, tuple[Callable[[Kit], Case], int, str]] = {
     "nightly-step-row-traversal": (lambda k: _nightly_step(k, "../../x"), 18, "--row"),
     "nightly-step-row-absolute": (lambda k: _nightly_step(k, "/tmp/x"), 18, "--row"),
     "nightly-step-row-unknown": (lambda k: _nightly_step(k, "v9.9.9"), 10, "v9.9.9"),
+    # lock --host-torch-facts: every field of the file typed; the file is blamed, never --python
+    "lock-facts-python-banana": (lambda k: _host_torch(k, _facts(k, python="banana")), 63, "field 'python'"),
+    "lock-facts-cxx11abi-string": (lambda k: _host_torch(k, _facts(k, cxx11abi="yes")), 63, "field 'cxx11abi'"),
+    "lock-facts-present-string": (lambda k: _host_torch(k, _facts(k, present="torch")), 63, "field 'present'"),
+    "lock-facts-present-traversal": (lambda k: _host_torch(k, _facts(k, present=["../x"])), 63, "present[0]"),
+    "lock-facts-modules-list": (lambda k: _host_torch(k, _facts(k, build_modules=[])), 63, "field 'build_modules'"),
+    "lock-facts-torch-number": (lambda k: _host_torch(k, _facts(k, torch=2.7)), 63, "field 'torch'"),
+    "lock-facts-cuda-words": (lambda k: _host_torch(k, _facts(k, cuda="twelve")), 63, "field 'cuda'"),
+    "lock-facts-array": (lambda k: _host_torch(k, _linked_text(k, "facts.json", "[]")), 63, "not a JSON object"),
+    "lock-facts-deep": (lambda k: _host_torch(k, _deep(k, "facts.json")), 122, "nests deeper"),
+    "lock-facts-endless": (lambda k: _host_torch(k, _linked(k, "facts.json", "/dev/zero")), 121, "larger than"),
+    "doctor-interpreter-true": (lambda k: Case(["doctor", "--interpreter", "/bin/true"], [k.tmp]), 63,
+                                "printed nothing"),
+    "doctor-interpreter-false": (lambda k: Case(["doctor", "--interpreter", "/bin/false"], [k.tmp]), 63,
+                                 "exited with 1"),
+    "wheels-interpreter-true": (lambda k: Case(["wheels", str(k.lock), "-o", str(k.tmp / "wh"), "--torch-from",
+                                                "host", "--interpreter", "/bin/true"], [k.tmp, k.lock]), 63,
+                                "printed nothing"),
+    "lock-check-pyproject-is-a-directory": (lambda k: _pyproject_dir(k), 41, "pyproject.toml"),
+    # matrix refresh --snapshot
+    "refresh-snapshot-array": (lambda k: _snapshot(k, []), 84, "not a JSON object"),
+    "refresh-snapshot-packages-list": (lambda k: _snapshot(k, {"packages": ["torch"]}), 84, "field 'packages'"),
+    "refresh-snapshot-time-number": (lambda k: _snapshot(k, {"packages": {"torch": {"9.9.9": 1}}}), 84,
+                                     "packages.torch"),
+    "refresh-snapshot-versions-list": (lambda k: _snapshot(k, {"packages": {"torch": ["9.9"]}}), 84,
+                                       "packages.torch"),
+    "refresh-snapshot-not-json": (lambda k: _snapshot(k, "{oops"), 84, "not valid JSON"),
+    "refresh-snapshot-deep": (lambda k: _snapshot(k, "[" * 100_000 + "]" * 100_000), 122, "nests deeper"),
+    # nightly locks-status
+    "locks-status-rows-string": (lambda k: _locks_status(k, {"rows": "v2.3.0"}), 93, "field 'rows'"),
+    "locks-status-row-traversal": (lambda k: _locks_status(k, {"rows": [{"row": "../../etc", "lock_sha256": ""}]}),
+                                   93, "not a plain name"),
+    "locks-status-exit-string": (lambda k: _locks_status(k, {"rows": [{"row": "v2.3.0", "lock_sha256": "", "error": {
+        "cause": "x", "fix": "y", "exit_code": "14"}}]}), 93, "exit_code"),
+    "locks-status-sha-short": (lambda k: _locks_status(k, {"rows": [{"row": "v2.3.0", "lock_sha256": "abc"}]}), 93,
+                               "not a sha256"),
+    "locks-status-no-rows": (lambda k: _locks_status(k, {"summary": 1}), 93, "lists no rows"),
+    "locks-status-deep": (lambda k: _locks_status(k, "[" * 100_000 + "]" * 100_000), 122, "nests deeper"),
+    # verify-cert --key: the DSSE envelope
+    "verify-envelope-signatures-strings": (lambda k: _envelope(k, lambda d: d.update(signatures=["AAAA"])), 91,
+                                           "signatures[0]"),
+    "verify-envelope-payload-type-edited": (lambda k: _envelope(k, lambda d: d.update(payloadType="text/plain")),
+                                            91, "payloadType 'text/plain'"),
+    "verify-envelope-payload-not-base64": (lambda k: _envelope(k, lambda d: d.update(payload="!!!")), 91,
+                                           "not base64"),
+    "verify-envelope-array": (lambda k: _envelope(k, text="[]"), 91, "not a DSSE envelope"),
+    "verify-envelope-deep": (lambda k: _envelope(k, text="[" * 100_000 + "]" * 100_000), 122, "nests deeper"),
+    "verify-envelope-endless": (lambda k: _envelope(k, link="/dev/zero"), 121, "larger than"),
+    "verify-cert-endless": (lambda k: Case(["verify-cert", str(_linked(k, "c.json", "/dev/zero")), "--lock",
+                                            str(k.lock)], [k.tmp]), 121, "larger than"),
+    "verify-cert-deep": (lambda k: Case(["verify-cert", str(_deep(k, "c.json")), "--lock", str(k.lock)], [k.tmp]),
+                         122, "nests deeper"),
+    "verify-cert-sbom-string": (lambda k: Case(["verify-cert", str(_cert(k, artifact={"kind": "venv",
+                                                                                       "sbom": "x.json"})),
+                                                "--lock", str(k.lock)], [k.tmp]), 73, "artifact.sbom"),
+    "verify-cert-sbom-traversal": (lambda k: Case(["verify-cert", str(_cert(k, artifact={"kind": "venv", "sbom": {
+        "name": "../../etc/passwd", "sha256": "a" * 64}})), "--lock", str(k.lock)], [k.tmp]), 73, "plain name"),
+    "certify-expect-deep": (lambda k: Case(["certify", "--venv", sys.prefix, "--level", "0", "--expect",
+                                            str(_deep(k, "e.json"))], [k.tmp]), 122, "nests deeper"),
+    "certify-expect-endless": (lambda k: Case(["certify", "--venv", sys.prefix, "--level", "0", "--expect",
+                                               str(_linked(k, "e.json", "/dev/zero"))], [k.tmp]), 121, "larger than"),
     "install-split-index-endless": (lambda k: _with_bundle(k, lambda b: _replace_with_link(
         b / "envbuilder-bundle.parts.json", "/dev/zero"), split=True), 121, "larger than"),
 }
@@ -600,6 +669,12 @@ def _linked(k: Kit, name: str, target: str) -> Path:
     return p
 
 
+def _linked_text(k: Kit, name: str, text: str) -> Path:
+    p = k.tmp / name
+    p.write_text(text)
+    return p
+
+
 def _deep(k: Kit, name: str, n: int = 100_000) -> Path:
     p = k.tmp / name
     p.write_text('{"a":' * n + "1" + "}" * n)
@@ -613,6 +688,71 @@ def _keygen(k: Kit, name: str) -> Case:
 def _nightly_step(k: Kit, row: str) -> Case:
     return Case(["nightly", "step", "lock-check", "--row", row, "-o", str(k.tmp / "out" / "nightly"), "--locks",
                  str(k.tmp / "locks")], [k.tmp])
+
+
+def _facts(k: Kit, **fields: object) -> Path:
+    """A torch facts file as `python -m envbuilder.host.torchprobe` writes it, with `fields` changed."""
+    data: dict[str, object] = {"python": "3.11", "py_tag": "cp311", "torch": "2.7.1+cu128", "cuda": "12.8",
+                               "cxx11abi": True, "present": ["torch"], "executable": "/opt/py/bin/python3",
+                               "build_modules": {"setuptools": True, "wheel": True, "packaging": True,
+                                                 "ninja": False}}
+    data.update(fields)
+    p = k.tmp / "facts.json"
+    p.write_text(json.dumps(data))
+    return p
+
+
+def _host_torch(k: Kit, facts: Path) -> Case:
+    return Case(["lock", "--nemo", "v2.3.0", "--mode", "host-torch", "--host-torch-facts", str(facts), "--no-detect",
+                 "-o", str(k.tmp / "ht")], [k.tmp])
+
+
+def _snapshot(k: Kit, doc: object) -> Case:
+    p = k.tmp / "snap.json"
+    p.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+    return Case(["matrix", "refresh", "--snapshot", str(p)], [k.tmp])
+
+
+def _locks_status(k: Kit, doc: object) -> Case:
+    p = k.tmp / "all.json"
+    p.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+    return Case(["nightly", "locks-status", str(p), "-o", str(k.tmp / "STATUS.md")], [k.tmp])
+
+
+def _signed(k: Kit) -> tuple[Path, Path]:
+    """A signed certificate of the kit's lock in k.tmp/signed/, and the public key."""
+    from envbuilder.certify.sign import sign_certificate
+    from envbuilder.dsse import generate_keypair, load_private_key
+
+    d = k.tmp / "signed"
+    d.mkdir()
+    cert = _cert(k)
+    (d / "certificate.json").write_bytes(cert.read_bytes())
+    pair = generate_keypair(k.tmp / "keys" / "k.key", k.tmp / "keys" / "k.pub")
+    sign_certificate(d / "certificate.json", load_private_key(pair.private))
+    return d / "certificate.json", pair.public
+
+
+def _envelope(k: Kit, edit: Callable[[dict[str, Any]], object] | None = None, text: str | None = None,
+              link: str | None = None) -> Case:
+    cert, pub = _signed(k)
+    env = cert.with_name("certificate.dsse.json")
+    if link is not None:
+        env.unlink()
+        env.symlink_to(link)
+    elif text is not None:
+        env.write_text(text)
+    elif edit is not None:
+        doc = json.loads(env.read_text())
+        edit(doc)
+        env.write_text(json.dumps(doc))
+    return Case(["verify-cert", str(cert), "--lock", str(k.lock), "--key", str(pub)], [k.tmp])
+
+
+def _pyproject_dir(k: Kit) -> Case:
+    (k.lock / "pyproject.toml").unlink()
+    (k.lock / "pyproject.toml").mkdir()
+    return Case(_lock("--check", "-o", str(k.lock)), [k.tmp])
 
 
 def _with_bundle(k: Kit, damage: Callable[[Path], object], split: bool = False) -> Case:

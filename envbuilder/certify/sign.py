@@ -12,15 +12,23 @@ Never imported by the in-environment modules (they have no `cryptography`).
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from envbuilder.atomic import write_atomic
 from envbuilder.certify.certificate import Certificate
-from envbuilder.dsse import IN_TOTO_PAYLOAD_TYPE, STATEMENT_TYPE, Envelope, canonical_json, keyid_of
+from envbuilder.dsse import (
+    IN_TOTO_PAYLOAD_TYPE,
+    MAX_ENVELOPE_BYTES,
+    STATEMENT_TYPE,
+    Envelope,
+    canonical_json,
+    keyid_of,
+)
 from envbuilder.errors import CertificateUnsignedError, SignatureInvalidError, SigningKeyError
+from envbuilder.jsonread import Fields, loads_json, read_bytes
+from envbuilder.safetext import printable
 
 ENVELOPE_NAME = "certificate.dsse.json"
 PAYLOAD_TYPE = IN_TOTO_PAYLOAD_TYPE
@@ -72,7 +80,7 @@ def sign_certificate(cert_path: Path, key: Any, cert_bytes: bytes | None = None)
     `cert_bytes`: the certificate as the caller read and checked it (certify passes the bytes it wrote
     itself, so what is signed is exactly what was verified, never a file read back from disk)."""
     if cert_bytes is None:
-        cert_bytes = Path(cert_path).read_bytes()
+        cert_bytes = read_bytes(cert_path, what="certificate")
     stmt = statement(cert_bytes)
     env = Envelope.sign(PAYLOAD_TYPE, canonical_json(stmt), key)
     out = Path(cert_path).with_name(ENVELOPE_NAME)
@@ -92,26 +100,30 @@ def verify_signature(cert_path: Path, public_key: Any) -> dict[str, Any]:
                                        "certify with --sign KEY (or $ENVBUILDER_SIGNING_KEY set)")
     bad = "re-certify and sign again; do not edit certificates or envelopes by hand"
     try:
-        raw = env_path.read_bytes()
+        raw = read_bytes(env_path, what="DSSE envelope", max_bytes=MAX_ENVELOPE_BYTES)
     except OSError as exc:
         raise SignatureInvalidError(f"cannot read {env_path}: {exc.strerror}", bad) from exc
     env = Envelope.from_json(raw, str(env_path), SignatureInvalidError, bad)
     kid = keyid_of(public_key)
+    if env.payload_type != PAYLOAD_TYPE:  # first: an edited payloadType also breaks every signature
+        raise SignatureInvalidError(f"{env_path} has payloadType {printable(env.payload_type)[:80]!r}, not "
+                                    f"{PAYLOAD_TYPE}: the envelope was edited, or is not a certificate's", bad)
     if env.verified_by([public_key]) is None:
-        raise SignatureInvalidError(f"{env_path}: no signature verifies with key {kid[:12]}… "
-                                    f"(signed by {env.signer_names})",
+        if any(k == kid for k, _ in env.signatures):
+            raise SignatureInvalidError(f"{env_path}: the signature of key {kid[:12]}… no longer verifies: the "
+                                        "envelope's payload was changed after signing", bad)
+        raise SignatureInvalidError(f"{env_path} is signed by {env.signer_names}, not by key {kid[:12]}…",
                                     "pass the public key of the key that signed it, or " + bad)
-    if env.payload_type != PAYLOAD_TYPE:
-        raise SignatureInvalidError(f"{env_path} carries {env.payload_type}, not an in-toto statement", bad)
-    body = env.body
-    stmt = json.loads(body)
-    cert_bytes = Path(cert_path).read_bytes()
+    stmt = Fields.of(loads_json(env.body, what=f"the statement in {env_path}", error=SignatureInvalidError, fix=bad),
+                     f"the statement in {env_path}", SignatureInvalidError, bad)
+    cert_bytes = read_bytes(cert_path, what="certificate")
     have = hashlib.sha256(cert_bytes).hexdigest()
-    want = stmt.get("predicate", {}).get("certificate", {}).get("sha256")
+    want = stmt.obj("predicate").obj("certificate").sha256("sha256")
     if have != want:
         raise SignatureInvalidError(f"{cert_path} was changed after signing (sha256 {have[:12]}…, the signed "
                                     f"statement names {str(want)[:12]}…)", bad)
-    if stmt.get("subject") != [subject_of(Certificate.from_json(cert_bytes, str(cert_path), SignatureInvalidError,
-                                                                bad))]:
+    if stmt.array("subject") != [subject_of(Certificate.from_json(cert_bytes, str(cert_path), SignatureInvalidError,
+                                                                  bad))]:
         raise SignatureInvalidError("the signed statement's subject is not the certificate's artifact", bad)
+    stmt.string("predicateType")
     return {"signed": True, "keyid": kid, "subject": stmt["subject"][0], "predicate_type": stmt["predicateType"]}

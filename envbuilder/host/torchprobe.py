@@ -8,7 +8,7 @@ and `lock` compare them with the row.
 
 from __future__ import annotations
 
-import json
+import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +16,8 @@ from typing import Any
 
 from envbuilder import procs
 from envbuilder.errors import BuildTorchError
-from envbuilder.jsonread import Fields
+from envbuilder.jsonread import Fields, loads_json, read_object
+from envbuilder.safetext import printable
 
 #: packages a host-torch lock never installs when the interpreter has them (torch brings them along)
 HOST_KEEP_CANDIDATES = ("torch", "torchvision", "torchaudio", "triton", "pytorch-triton")
@@ -95,41 +96,66 @@ def probe_code() -> str:
 def probe_torch(python: Path | str) -> HostTorch:
     """Run `python` and read its torch; BuildTorchError when it cannot run or has no torch."""
     code = probe_code()
+    fix = "pass --interpreter with the path of a Python that has torch"
     try:
         proc = procs.run([str(python), "-c", code], capture_output=True, text=True, timeout=300)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise BuildTorchError(f"cannot run the interpreter {python}: {exc}",
-                              "pass --interpreter with the path of a Python that has torch") from exc
-    if proc.returncode != 0 or not proc.stdout.strip():
-        raise BuildTorchError(f"{python} failed: {proc.stderr.strip()[-300:]}",
-                              "pass --interpreter with the path of a working Python")
-    data = json.loads(proc.stdout.strip().splitlines()[-1])
-    return host_torch_from_probe(data, str(python))
+        raise BuildTorchError(f"cannot run the interpreter {python}: {exc}", fix) from exc
+    said = proc.stderr.strip()[-300:]
+    if proc.returncode != 0:
+        raise BuildTorchError(f"{python} exited with {proc.returncode}" + (f": {said}" if said else
+                              " and printed nothing (is it a Python interpreter?)"), fix)
+    lines = proc.stdout.strip().splitlines()
+    if not lines:
+        raise BuildTorchError(f"{python} printed nothing when asked for its torch (is it a Python interpreter?)", fix)
+    what = f"what {python} printed for the torch probe"
+    data = loads_json(lines[-1], what=what, error=BuildTorchError, fix=fix)
+    return host_torch_from_probe(Fields.of(data, what, BuildTorchError, fix), str(python))
 
 
-def host_torch_from_probe(data: dict[str, Any], interpreter: str) -> HostTorch:
-    """The HostTorch a probe's JSON describes; BuildTorchError when it names no torch."""
-    if "torch" not in data:
-        raise BuildTorchError(f"{interpreter} cannot import torch ({data.get('torch_error', 'not installed')})",
+_PYTHON = re.compile(r"3\.\d{1,2}")
+_PY_TAG = re.compile(r"cp3\d{1,2}")
+_TORCH = re.compile(r"\d+\.\d+[0-9A-Za-z.+_-]*")
+_CUDA = re.compile(r"\d+\.\d+")
+
+
+def host_torch_from_probe(f: Fields, interpreter: str) -> HostTorch:
+    """The HostTorch a probe's JSON describes, every field typed; BuildTorchError when it names no torch."""
+    if "torch" not in f:
+        raise BuildTorchError(f"{printable(interpreter)} cannot import torch "
+                              f"({printable(str(f.get('torch_error', 'not installed')))[:300]})",
                               "pass an interpreter that has torch (or use --mode hermetic / --torch-from venv)")
-    return HostTorch(interpreter, data["python"], data["py_tag"], data["torch"], data.get("cuda"),
-                     bool(data["cxx11abi"]), tuple(data["present"]), tuple(sorted(data["build_modules"].items())))
+
+    def matching(key: str, pattern: re.Pattern[str], like: str, default: Any = _REQUIRED) -> Any:
+        value = f.string(key) if default is _REQUIRED else f.string(key, default)
+        if value is not None and not pattern.fullmatch(value):
+            f.fail(key, f"is {printable(value)[:40]!r}, not {like}")
+        return value
+
+    python = matching("python", _PYTHON, "a Python version like 3.12")
+    modules = f.obj("build_modules")
+    return HostTorch(interpreter, python, matching("py_tag", _PY_TAG, "a tag like cp312"),
+                     matching("torch", _TORCH, "a torch version like 2.7.1+cu128"),
+                     matching("cuda", _CUDA, "a CUDA version like 12.8", None), f.boolean("cxx11abi"),
+                     tuple(f.strings("present", plain=True)),
+                     tuple(sorted((str(k), bool(modules.boolean(k))) for k in modules)))
+
+
+_REQUIRED: Any = object()
 
 
 def read_torch_facts(path: Path) -> HostTorch:
     """The host torch a probe file names: what `python -m envbuilder.host.torchprobe > FILE` wrote on the
-    target machine. Lets a login node with network lock for a compute node's torch it cannot run."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise BuildTorchError(f"cannot read the torch facts file {path}: {exc}",
-                              "write it on the target with `python -m envbuilder.host.torchprobe > FILE`") from exc
-    required = ("python", "py_tag", "torch", "cxx11abi", "present", "build_modules")
-    missing = [k for k in required if k not in data] if isinstance(data, dict) else list(required)
-    if missing and (not isinstance(data, dict) or "torch_error" not in data):
-        raise BuildTorchError(f"{path} is not a torch probe (missing {', '.join(missing)})",
-                              "write it on the target with `python -m envbuilder.host.torchprobe > FILE`")
-    return host_torch_from_probe(data, str(data.get("executable") or path))
+    target machine. Lets a login node with network lock for a compute node's torch it cannot run.
+
+    Every field is checked here (a wrong one is the file's fault, never blamed on --python), through
+    jsonread: a size limit (a probe is ~1 KiB), a depth limit, strict JSON."""
+    fix = "write it on the target with `python -m envbuilder.host.torchprobe > FILE`"
+    doc = read_object(path, what="torch facts file", error=BuildTorchError, fix=fix, max_bytes=1 << 20)
+    if "torch" not in doc and "torch_error" not in doc:
+        raise BuildTorchError(f"{printable(path)} is not a torch probe (it has neither torch nor torch_error)", fix)
+    executable = doc.string("executable", default=None, max_len=4096)
+    return host_torch_from_probe(doc, executable or str(path))
 
 
 def in_row_range(host_torch: str, row_torch: str | None) -> bool | None:

@@ -26,6 +26,7 @@ from envbuilder.image.render import (
     render_dockerfile,
 )
 from envbuilder.image.secrets import SecretSpec, check_ca_bundle, proxy_settings, secret_files
+from envbuilder.jsonread import CA_BUNDLE_MAX_BYTES, read_bytes
 from envbuilder.kernels import wheelhouse_for_lock
 from envbuilder.lock.lockdir import LockDir, open_lockdir
 from envbuilder.matrix.archs import check_arch_list
@@ -388,9 +389,10 @@ def secret_needles(ca_bundle: Path | None, specs: list[SecretSpec],
 
     needles: dict[str, bytes] = {}
     if ca_bundle is not None:
-        needles.update(layerscan.ca_needles(ca_bundle.read_bytes()))
+        needles.update(layerscan.ca_needles(read_bytes(ca_bundle, what="CA bundle", max_bytes=CA_BUNDLE_MAX_BYTES)))
     for spec in specs:
-        raw = os.environ.get(spec.env or "", "").encode() if spec.env else (spec.src or Path()).read_bytes()
+        raw = (os.environ.get(spec.env or "", "").encode() if spec.env else
+               read_bytes(spec.src or Path(), what="secret file", max_bytes=CA_BUNDLE_MAX_BYTES))
         if len(raw.strip()) >= 8:  # shorter values match by chance
             needles[f"secret:{spec.id}"] = raw.strip()
     for var, pval in proxy_secrets.items():

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from envbuilder.atomic import run_tempdir
 from envbuilder.errors import SecretSpecError
+from envbuilder.jsonread import CA_BUNDLE_MAX_BYTES, read_bytes
 
 _ID = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 SYSTEM_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
@@ -70,7 +71,7 @@ def default_ca_bundle(environ: dict[str, str] | None = None) -> Path | None:
 
 def check_ca_bundle(path: Path) -> Path:
     try:
-        head = path.read_bytes()
+        head = read_bytes(path, what="CA bundle", max_bytes=CA_BUNDLE_MAX_BYTES)  # never /dev/zero whole
     except OSError as exc:
         raise SecretSpecError(f"--ca-bundle {path}: {exc.strerror}", "pass a readable PEM file") from exc
     if b"-----BEGIN CERTIFICATE-----" not in head:

@@ -222,7 +222,7 @@ def run_lock(matrix: Matrix, req: ResolveRequest, opts: LockOptions, progress: P
         try:
             return _lock_into(matrix, req, opts, res, out, real, timings, t0, progress)
         except OSError as exc:
-            raise os_error(exc, out, flag="-o") from exc
+            raise os_error(exc, out, action="use", flag="-o") from exc
 
 
 PYTHON_VERSION_NAME = ".python-version"

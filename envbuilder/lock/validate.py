@@ -7,6 +7,7 @@ from pathlib import Path
 
 from envbuilder.archlist import ArchList
 from envbuilder.errors import InvalidOptionError, SecretSpecError, UnsupportedArchError
+from envbuilder.jsonread import CA_BUNDLE_MAX_BYTES, read_bytes
 from envbuilder.resolve.resolver import Resolution
 
 _GLIBC_RE = re.compile(r"2\.(\d{1,2})")
@@ -33,7 +34,7 @@ def check_ca_bundle(path: Path | None) -> None:
     if path is None:
         return
     try:
-        head = Path(path).read_bytes()
+        head = read_bytes(path, what="CA bundle", max_bytes=CA_BUNDLE_MAX_BYTES)  # never /dev/zero whole
     except OSError as exc:
         raise SecretSpecError(f"--ca-bundle {path}: {exc.strerror}", "pass a readable PEM file") from exc
     if b"-----BEGIN CERTIFICATE-----" not in head:

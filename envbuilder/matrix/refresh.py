@@ -20,6 +20,8 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from envbuilder.errors import NetworkError, SnapshotFileError
+from envbuilder.jsonread import Fields, loads_json, read_object
 from envbuilder.matrix.model import Matrix
 
 # The packages a matrix row pins, and the row field holding each one's version.
@@ -93,13 +95,20 @@ def _final(version: str) -> Version | None:
 def first_uploads(pypi_json: dict[str, Any]) -> dict[str, str]:
     """version -> the earliest upload time of its files (versions without files are skipped)."""
     out: dict[str, str] = {}
-    for version, files in (pypi_json.get("releases") or {}).items():
+    releases = pypi_json.get("releases")
+    for version, files in (releases.items() if isinstance(releases, dict) else []):
+        if not isinstance(files, list):
+            continue
         times = [str(f.get("upload_time_iso_8601") or f.get("upload_time") or "") for f in files
-                 if not f.get("yanked")]
+                 if isinstance(f, dict) and not f.get("yanked")]
         times = [t for t in times if t]
         if times:
             out[version] = min(times)
     return out
+
+
+#: PyPI's JSON for torch is a few MiB; nothing a package index serves for one project is near this
+_PYPI_JSON_MAX = 64 << 20
 
 
 def fetch_snapshot(packages: list[str], ca_bundle: Path | None = None,
@@ -110,13 +119,25 @@ def fetch_snapshot(packages: list[str], ca_bundle: Path | None = None,
     for name in packages:
         progress(f"reading {PYPI_JSON.format(name=name)}")
         with urllib.request.urlopen(PYPI_JSON.format(name=name), timeout=60, context=ctx) as resp:
-            snap[name] = first_uploads(json.load(resp))
+            what = f"the PyPI JSON of {name}"
+            data = loads_json(resp.read(_PYPI_JSON_MAX + 1), what=what, error=NetworkError, max_bytes=_PYPI_JSON_MAX,
+                              fix="check the index or proxy: it served something that is not PyPI's JSON API")
+            snap[name] = first_uploads(Fields.of(data, what, NetworkError, "check the index or proxy").data)
     return snap
 
 
 def load_snapshot(path: Path) -> Snapshot:
-    data = json.loads(Path(path).read_text(encoding="utf-8"))
-    return {str(p): {str(v): str(t) for v, t in versions.items()} for p, versions in data["packages"].items()}
+    """A recorded snapshot, every name and time typed (jsonread: size and depth limits, strict JSON)."""
+    fix = "record one with `envbuilder matrix refresh --json` output's shape: {\"packages\": {NAME: {VERSION: TIME}}}"
+    doc = read_object(path, what="refresh snapshot", error=SnapshotFileError, fix=fix, max_bytes=64 << 20)
+    packages = doc.obj("packages")
+    out: Snapshot = {}
+    for name in packages:
+        versions = packages.obj(name)
+        out[name] = {v: versions.string(v, max_len=64) for v in versions}
+        if len(name) > 200 or any(len(v) > 100 for v in out[name]):
+            packages.fail(name, "holds a name or version longer than any PyPI one")
+    return out
 
 
 def find_new(matrix: Matrix, snapshot: Snapshot) -> list[NewRelease]:

@@ -6,13 +6,14 @@ cannot be locked is recorded with the lock step's own cause and fix instead of s
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from envbuilder.errors import ReportInputError
+from envbuilder.jsonread import read_object
 from envbuilder.lock.record import RECORD_NAME
+from envbuilder.safetext import printable
 
 #: what a committed lock keeps (`lock --check` compares .python-version too); local wheels/ are not committed
 KEPT = ("pyproject.toml", "uv.lock", RECORD_NAME, ".python-version")
@@ -33,21 +34,22 @@ class RowLockStatus:
 
 
 def read_lock_all(path: Path) -> list[RowLockStatus]:
-    """Rows from `lock --all --json` output (a success summary, or the error document listing every row)."""
-    try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ReportInputError(f"{path} is not `envbuilder lock --all --json` output ({exc})",
-                               "run: envbuilder lock --all -o locks --json > FILE") from exc
-    rows = (doc.get("details") or {}).get("rows") if "error" in doc else doc.get("rows")
-    if not isinstance(rows, list):
-        raise ReportInputError(f"{path} lists no rows", "run: envbuilder lock --all -o locks --json > FILE")
+    """Rows from `lock --all --json` output (a success summary, or the error document listing every row),
+    read through jsonread and typed: each row a plain name, its error a cause, a fix and an exit code."""
+    fix = "run: envbuilder lock --all -o locks --json > FILE"
+    doc = read_object(path, what="`lock --all --json` output", error=ReportInputError, fix=fix)
+    holder = doc.obj("details", default=None) if "error" in doc else doc
+    rows = holder.objs("rows", default=None) if holder is not None else None
+    if rows is None:
+        raise ReportInputError(f"{printable(path)} lists no rows", fix)
     out = []
     for r in rows:
-        err = r.get("error") or None
-        out.append(RowLockStatus(str(r.get("row")), err is None, r.get("lock_sha256") or None,
-                                 err.get("cause") if err else None, err.get("fix") if err else None,
-                                 err.get("exit_code") if err else None))
+        err = r.obj("error", default=None)
+        sha = r.string("lock_sha256", default="") and r.sha256("lock_sha256")  # "" for a row that failed
+        out.append(RowLockStatus(
+            r.string("row", plain=True), err is None, sha or None,
+            err.string("cause", default=None) if err else None, err.string("fix", default=None) if err else None,
+            err.integer("exit_code", default=None, min=0, max=255) if err else None))
     return out
 
 
@@ -65,6 +67,11 @@ def render_status(rows: list[RowLockStatus]) -> str:
                   "These rows have no `locks/<row>/`; the nightly job reports them as failed at `lock-check`.", "",
                   "| row | exit | cause | fix |", "|---|---|---|---|"]
         for r in bad:
-            cause, fix = (r.cause or "").replace("|", "/"), (r.fix or "").replace("|", "/")
+            cause, fix = (_cell(r.cause), _cell(r.fix))
             lines.append(f"| {r.row} | {r.exit_code} | {cause} | {fix} |")
     return "\n".join(lines) + "\n"
+
+
+def _cell(text: str | None) -> str:
+    """A Markdown table cell: one line, no column break."""
+    return printable(text or "").replace("|", "/")

@@ -109,5 +109,5 @@ def test_torch_facts_file_is_what_the_probe_prints(tmp_path: Path) -> None:
     with pytest.raises(BuildTorchError, match="not a torch probe"):
         read_torch_facts(bad)
     bad.write_text("not json")
-    with pytest.raises(BuildTorchError, match="cannot read"):
+    with pytest.raises(BuildTorchError, match="not valid JSON"):
         read_torch_facts(bad)

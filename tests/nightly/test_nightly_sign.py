@@ -94,7 +94,12 @@ def test_every_edit_is_rejected(certdir: tuple[Path, Path], keys: tuple[Path, Pa
     stmt["subject"][0]["digest"]["sha256"] = "ee" * 32
     env["payload"] = base64.b64encode(json.dumps(stmt).encode()).decode()
     (d / ENVELOPE_NAME).write_text(json.dumps(env))
-    with pytest.raises(SignatureInvalidError, match="no signature verifies"):
+    with pytest.raises(SignatureInvalidError, match="no longer verifies: the envelope's payload was changed"):
+        verify_signature(cert_path, pub)
+    env = json.loads(env_text)  # an edited payloadType is named as such, not as "no signature verifies"
+    env["payloadType"] = "application/json"
+    (d / ENVELOPE_NAME).write_text(json.dumps(env))
+    with pytest.raises(SignatureInvalidError, match="payloadType 'application/json'"):
         verify_signature(cert_path, pub)
     (d / ENVELOPE_NAME).write_text("{not json")
     with pytest.raises(SignatureInvalidError, match="not a DSSE envelope"):
