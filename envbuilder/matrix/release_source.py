@@ -30,6 +30,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from envbuilder import procs
 from envbuilder.atomic import write_atomic
 from envbuilder.errors import NetworkError, ReleaseSourceError
 from envbuilder.matrix.derive import DerivedRow, PypiFacts, TeRelease, derive_row
@@ -45,7 +46,7 @@ TE_REPO = "NVIDIA/TransformerEngine"
 
 
 def _git(git_dir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[bytes]:
-    proc = subprocess.run(["git", f"--git-dir={git_dir}", *args], capture_output=True, timeout=GIT_TIMEOUT_S)
+    proc = procs.run(["git", f"--git-dir={git_dir}", *args], capture_output=True, timeout=GIT_TIMEOUT_S)
     if check and proc.returncode != 0:
         raise ReleaseSourceError(f"git {' '.join(args[:2])} in {git_dir} failed: "
                                  f"{proc.stderr.decode(errors='replace').strip().splitlines()[-1:] or ['']}",
@@ -150,8 +151,8 @@ def open_release(source: str, tag: str, progress: Progress = lambda _: None
     if _is_url(source):
         with tempfile.TemporaryDirectory(prefix="envbuilder-derive-") as tmp:
             progress(f"cloning {source} (bare, blobs on demand)")
-            proc = subprocess.run(["git", "clone", "--quiet", "--bare", "--filter=blob:none", source, tmp],
-                                  capture_output=True, timeout=GIT_TIMEOUT_S)
+            proc = procs.run(["git", "clone", "--quiet", "--bare", "--filter=blob:none", source, tmp],
+                             capture_output=True, timeout=GIT_TIMEOUT_S)
             if proc.returncode != 0:
                 last = proc.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["git clone failed"]
                 raise ReleaseSourceError(f"cannot clone {source}: {last[0]}",
@@ -203,8 +204,8 @@ def open_megatron_lm(source: str | None, commit: str | None, release: GitTree | 
     if _is_url(source):
         with tempfile.TemporaryDirectory(prefix="envbuilder-megatron-lm-") as tmp:
             progress(f"cloning {source} (bare, blobs on demand)")
-            proc = subprocess.run(["git", "clone", "--quiet", "--bare", "--filter=blob:none", source, tmp],
-                                  capture_output=True, timeout=GIT_TIMEOUT_S)
+            proc = procs.run(["git", "clone", "--quiet", "--bare", "--filter=blob:none", source, tmp],
+                             capture_output=True, timeout=GIT_TIMEOUT_S)
             if proc.returncode != 0:
                 raise ReleaseSourceError(f"cannot clone {source}", "check network access, or pass a local mirror")
             yield _at_commit(Path(tmp), commit, MEGATRON_LM_REPO)
