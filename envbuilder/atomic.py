@@ -43,7 +43,10 @@ def write_atomic(path: Path, data: bytes | str, mode: int = FILE_MODE) -> None:
     """Write to a temp file in the same directory, fsync, then rename over `path`."""
     path = Path(path)
     raw = data.encode() if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise _naming(exc, path) from exc
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(raw)
@@ -51,10 +54,17 @@ def write_atomic(path: Path, data: bytes | str, mode: int = FILE_MODE) -> None:
             os.fsync(fh.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise _naming(exc, path) from exc
         raise
+
+
+def _naming(exc: OSError, path: Path) -> OSError:
+    """The same OSError, naming the file the caller was writing (not a temp name, or none at all)."""
+    return type(exc)(exc.errno, exc.strerror or str(exc), str(path)) if exc.errno else exc
 
 
 @contextlib.contextmanager

@@ -180,8 +180,9 @@ def _make_dirs(directory: Path) -> list[Path]:
 
 def _write_new(path: Path, data: bytes, mode: int) -> None:
     """Create `path` with `data`, whole, only if it does not exist (EEXIST otherwise, never a replace)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = ""
     try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "wb") as fh:
             os.fchmod(fh.fileno(), mode)
             fh.write(data)
@@ -192,9 +193,12 @@ def _write_new(path: Path, data: bytes, mode: int) -> None:
         except FileExistsError:
             raise SigningKeyError(f"{path} appeared while this key was made (another keygen run?)",
                                   "keep the pair that run made, or choose another --name") from None
+    except OSError as exc:  # name the key file, not a temp name (or none: a full disk's write names no file)
+        raise type(exc)(exc.errno, exc.strerror or str(exc), str(path)) from exc
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        if tmp:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
 
 
 def pae(payload_type: str, body: bytes) -> bytes:

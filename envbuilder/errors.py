@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 from typing import Any, ClassVar
 
 
@@ -657,6 +658,16 @@ _FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 _PATH = {errno.EEXIST, errno.ENAMETOOLONG, errno.ENOTDIR, errno.EISDIR, errno.ELOOP, errno.ENOTEMPTY}
 
 
+#: envbuilder's own temporary names beside an output: .NAME.staging.X/..., .NAME.bundle.X/..., .NAME.X.tmp
+_TEMP_NAMES = re.compile(r"/\.([^/]+?)\.(?:staging|bundle|work)\.[^/]+(?:/.*)?$|/\.([^/]+?)\.[^/.]+\.tmp$")
+
+
+def _user_path(name: str) -> str:
+    """The output the user named, where an OSError names one of envbuilder's temporary files beside it."""
+    m = _TEMP_NAMES.search(name)
+    return name if m is None else name[:m.start()] + "/" + (m.group(1) or m.group(2))
+
+
 def os_error(exc: OSError, path: os.PathLike[str] | str | None = None, *, action: str = "write",
              flag: str | None = None) -> EnvbuilderError:
     """The typed error for an OSError: the one mapping every command's outermost layer uses.
@@ -664,8 +675,11 @@ def os_error(exc: OSError, path: os.PathLike[str] | str | None = None, *, action
     `path` defaults to the one the OSError names; `action` is what was being done ("write",
     "read", "create", "open", ...), `flag` the option that named the path (its fix names it).
     """
-    named = exc.filename if exc.filename not in (None, "") else None
     code = exc.errno
+    named = exc.filename if exc.filename not in (None, "") else None
+    if exc.filename2 not in (None, "") and code in (*_FULL, errno.EROFS):
+        named = exc.filename2  # a copy or link: the destination is the filesystem that failed
+    named = _user_path(str(named)) if named is not None else None
     # the file the OSError names is the one that failed (pyproject.toml, not the lock directory holding it);
     # a full disk is reported for the directory the caller names (the filesystem is what matters)
     where = str(path if path is not None and (code in _FULL or named is None) else (named or ""))
@@ -675,7 +689,8 @@ def os_error(exc: OSError, path: os.PathLike[str] | str | None = None, *, action
     reading = action in ("read", "list")
     if code in _FULL:
         fs = f"the filesystem of {where}" if where else "a filesystem"
-        return DiskFullError(f"{fs} is full ({reason}) while trying to {action}",
+        doing = "" if action == "use" else f" while trying to {action}"
+        return DiskFullError(f"{fs} is full ({reason}){doing}",
                              f"free space (or quota) there, or {other} on a bigger disk; "
                              "the previous outputs were kept")
     if code == errno.EROFS:

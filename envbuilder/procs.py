@@ -92,8 +92,8 @@ def check_stop() -> None:
 
 def stop_all(grace: float = KILL_GRACE_S) -> None:
     """A signal arrived: no new child may start; every running one (any thread's) is killed with its group."""
-    STOPPING.set()
-    with _LIVE_LOCK:
+    with _LIVE_LOCK:  # with popen's: a child is either refused or in _LIVE by now, never started unseen
+        STOPPING.set()
         live = [p for p in _LIVE if p.poll() is None]  # a finished child's group id may belong to another now
         _LIVE.difference_update([p for p in _LIVE if p.poll() is not None])
     kill_groups(live, grace)
@@ -138,10 +138,10 @@ def die_with_parent() -> None:
 
 def popen(cmd: Sequence[str], **kwargs: Any) -> subprocess.Popen[Any]:
     """subprocess.Popen in a new session (own process group) that dies with this process."""
-    check_stop()
     kwargs.setdefault("start_new_session", True)
-    proc = subprocess.Popen(list(cmd), preexec_fn=_child_setup(os.getpid()), **kwargs)
-    with _LIVE_LOCK:
+    with _LIVE_LOCK:  # the stop check and the registration are one step with stop_all's (see there)
+        check_stop()
+        proc = subprocess.Popen(list(cmd), preexec_fn=_child_setup(os.getpid()), **kwargs)
         _LIVE.difference_update([p for p in _LIVE if p.returncode is not None])  # reaped ones
         _LIVE.add(proc)
     return proc

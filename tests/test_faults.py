@@ -63,6 +63,7 @@ class Kit:
     lock: Path  # a real lock directory (uv lock against the offline index), the user's copy
     env: dict[str, str]
     request: pytest.FixtureRequest | None = None
+    mounts: list[Path] = field(default_factory=list)
 
     def bundle(self, split: bool = False) -> Path:
         """A copy of a real bundle (`envbuilder bundle` of a lock with hashed URLs), unsplit or split."""
@@ -104,7 +105,7 @@ def built_lock(tmp_path_factory: pytest.TempPathFactory, offline: dict[str, str]
 
 @pytest.fixture()
 def kit(tmp_path: Path, built_lock: Path, offline: dict[str, str], monkeypatch: pytest.MonkeyPatch,
-        request: pytest.FixtureRequest) -> Kit:
+        request: pytest.FixtureRequest) -> Iterator[Kit]:
     for k, v in offline.items():
         monkeypatch.setenv(k, v)
     monkeypatch.delenv("SSL_CERT_FILE", raising=False)
@@ -112,7 +113,10 @@ def kit(tmp_path: Path, built_lock: Path, offline: dict[str, str], monkeypatch: 
     lock = tmp_path / "lk"
     shutil.copytree(built_lock, lock)
     (lock / "NOTES.md").write_text("my notes\n")
-    return Kit(tmp_path, lock, offline, request)
+    k = Kit(tmp_path, lock, offline, request)
+    yield k
+    for m in reversed(k.mounts):
+        subprocess.run(["umount", "-l", str(m)], check=False)
 
 
 # --- helpers that damage a copy of the lock the way a user (or a disk) might ----------------------
@@ -638,6 +642,46 @@ CASES: dict[str, tuple[Callable[[Kit], Case], int, str]] = {
                                             str(_deep(k, "e.json"))], [k.tmp]), 122, "nests deeper"),
     "certify-expect-endless": (lambda k: Case(["certify", "--venv", sys.prefix, "--level", "0", "--expect",
                                                str(_linked(k, "e.json", "/dev/zero"))], [k.tmp]), 121, "larger than"),
+    # a full or read-only filesystem under every command that writes: typed, nothing half-written
+    "lock-o-full": (lambda k: Case(_lock("-o", str(_full(k) / "lk")), [k.tmp]), 74, "is full"),
+    "lock-o-readonly": (lambda k: Case(_lock("-o", str(_ro(k) / "lk")), [k.tmp]), 78, "read-only"),
+    "lock-all-o-readonly": (lambda k: Case(["lock", "--all", "--no-detect", "-o", str(_ro(k) / "locks")], [k.tmp]),
+                            78, "read-only"),
+    "lock-all-o-file": (lambda k: Case(["lock", "--all", "--no-detect", "-o", str(k.lock / "NOTES.md")], [k.tmp]),
+                        41, "is a file"),
+    "bundle-o-full": (lambda k: Case(["bundle", str(_bundle_lock(k)), "-o", str(_full(k) / "b"), "--cache-dir",
+                                      str(_bundle_cache(k))], [k.tmp]), 74, "is full"),
+    "bundle-o-readonly": (lambda k: Case(["bundle", str(_bundle_lock(k)), "-o", str(_ro(k) / "b"), "--cache-dir",
+                                          str(_bundle_cache(k))], [k.tmp]), 78, "read-only"),
+    "bundle-cache-full": (lambda k: Case(["bundle", str(_bundle_lock(k)), "-o", str(k.tmp / "b"), "--cache-dir",
+                                          str(_made(_full(k) / "cache"))], [k.tmp]), 74, "is full"),
+    "bundle-cache-readonly": (lambda k: Case(["bundle", str(_bundle_lock(k)), "-o", str(k.tmp / "b"), "--cache-dir",
+                                              str(_ro(k) / "cache")], [k.tmp]), 78, "--cache-dir"),
+    "bundle-cache-env-proc": (lambda k: Case(["bundle", str(_bundle_lock(k)), "-o", str(k.tmp / "b")], [k.tmp],
+                                             {"ENVBUILDER_CACHE_DIR": "/proc/envbuilder-cache"}), 76,
+                              "/proc/envbuilder-cache"),
+    "install-venv-full": (lambda k: Case(["install", str(k.bundle(split=True)), "--venv", str(_full(k) / "venv")],
+                                         [k.tmp]), 74, "is full"),
+    "install-venv-readonly": (lambda k: Case(["install", str(k.bundle()), "--venv", str(_ro(k) / "venv")], [k.tmp]),
+                              78, "read-only"),
+    "report-o-full": (lambda k: Case(["report", str(_cert(k)), "-o", str(_full(k) / "site")], [k.tmp]), 74,
+                      "is full"),
+    "report-o-readonly": (lambda k: Case(["report", str(_cert(k)), "-o", str(_ro(k) / "site")], [k.tmp]), 78,
+                          "read-only"),
+    "report-history-readonly": (lambda k: Case(["report", str(_cert(k)), "-o", str(k.tmp / "site"), "--history",
+                                                str(_ro(k) / "history.json")], [k.tmp]), 78, "read-only"),
+    "sbom-o-full": (lambda k: Case(["sbom", str(k.lock), "-o", str(_full(k) / "s.cdx.json")], [k.tmp]), 74,
+                    "is full"),
+    "sbom-o-readonly": (lambda k: Case(["sbom", str(k.lock), "-o", str(_ro(k) / "s.cdx.json")], [k.tmp]), 78,
+                        "read-only"),
+    "keygen-o-full": (lambda k: Case(["keygen", "-o", str(_full(k) / "keys")], [k.tmp]), 74, "is full"),
+    "keygen-o-readonly": (lambda k: Case(["keygen", "-o", str(_ro(k) / "keys")], [k.tmp]), 78, "read-only"),
+    "certify-o-full": (lambda k: _certify_to(k, _full(k) / "cert"), 74, "is full"),
+    "certify-o-readonly": (lambda k: _certify_to(k, _ro(k) / "cert"), 78, "read-only"),
+    "export-o-full": (lambda k: Case(["export", "img", "-o", str(_full(k) / "x.sqsh")], [k.tmp]), 74, "is full"),
+    "export-o-readonly": (lambda k: Case(["export", "img", "-o", str(_ro(k) / "x.sqsh")], [k.tmp]), 78, "read-only"),
+    "nightly-locks-status-readonly": (lambda k: Case(["nightly", "locks-status", str(_lock_all_json(k)), "-o",
+                                                      str(_ro(k) / "STATUS.md")], [k.tmp]), 78, "read-only"),
     "install-split-index-endless": (lambda k: _with_bundle(k, lambda b: _replace_with_link(
         b / "envbuilder-bundle.parts.json", "/dev/zero"), split=True), 121, "larger than"),
 }
@@ -666,6 +710,17 @@ def _history(**metrics: object) -> dict[str, object]:
 def _linked(k: Kit, name: str, target: str) -> Path:
     p = k.tmp / name
     p.symlink_to(target)
+    return p
+
+
+def _made(d: Path) -> Path:
+    d.mkdir()
+    return d
+
+
+def _lock_all_json(k: Kit) -> Path:
+    p = k.tmp / "all.json"
+    p.write_text(json.dumps({"rows": [{"row": "v2.3.0", "lock_sha256": "a" * 64}]}))
     return p
 
 
@@ -753,6 +808,53 @@ def _pyproject_dir(k: Kit) -> Case:
     (k.lock / "pyproject.toml").unlink()
     (k.lock / "pyproject.toml").mkdir()
     return Case(_lock("--check", "-o", str(k.lock)), [k.tmp])
+
+
+def _mount(k: Kit, name: str, options: str) -> Path:
+    """A small tmpfs of its own (root only): a real full or read-only filesystem, not a mocked errno."""
+    d = k.tmp / name
+    d.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(d)], capture_output=True).returncode:
+        pytest.skip("mounting a tmpfs needs root")
+    k.mounts.append(d)
+    return d
+
+
+def _full(k: Kit) -> Path:
+    """A filesystem with no byte left (a filler file took the rest)."""
+    d = _mount(k, "full", "size=256k")
+    with contextlib.suppress(OSError), open(d / "filler", "wb", buffering=0) as fh:
+        while True:
+            fh.write(b"\0" * 65536)
+    return d
+
+
+def _ro(k: Kit) -> Path:
+    d = _mount(k, "ro", "size=1m")
+    (d / "kept.txt").write_text("was here before\n")
+    subprocess.run(["mount", "-o", "remount,ro", str(d)], check=True)
+    return d
+
+
+def _expect_click(k: Kit) -> Path:
+    from importlib.metadata import version
+
+    p = k.tmp / "expect.json"
+    p.write_text(json.dumps({"schema": 1, "lock_sha256": None, "packages": {"click": version("click")}}))
+    return p
+
+
+def _certify_to(k: Kit, out: Path) -> Case:
+    return Case(["certify", "--venv", sys.prefix, "--level", "0", "--expect", str(_expect_click(k)), "-o", str(out)],
+                [k.tmp])
+
+
+def _bundle_lock(k: Kit) -> Path:
+    return k.request.getfixturevalue("bundle_master")["lock"]  # type: ignore[union-attr,no-any-return]
+
+
+def _bundle_cache(k: Kit) -> Path:
+    return k.request.getfixturevalue("bundle_master")["cache"]  # type: ignore[union-attr,no-any-return]
 
 
 def _with_bundle(k: Kit, damage: Callable[[Path], object], split: bool = False) -> Case:
@@ -976,3 +1078,73 @@ def test_control_characters_in_an_error_are_escapes(kit: Kit, text: str) -> None
     assert res.code == 41
     assert not any(c in res.err for c in "\x1b\x07\r\x9b"), repr(res.err)
     assert len([ln for ln in res.err.splitlines() if ln.startswith("error: ")]) == 1
+
+
+OTHER_UID = 65534
+
+
+def _as_other_user(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """envbuilder ARGS as uid 65534 (root bypasses file modes, so a permission error needs another user)."""
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv to act as another user")
+    env = {**os.environ, "HOME": str(cwd), "UV_CACHE_DIR": str(cwd / "uv-cache"), "XDG_CACHE_HOME": str(cwd)}
+    return subprocess.run(["setpriv", f"--reuid={OTHER_UID}", f"--regid={OTHER_UID}", "--clear-groups",
+                           sys.executable, "-m", "envbuilder", *args], capture_output=True, text=True, cwd=cwd,
+                          env=env, timeout=600, check=False)
+
+
+@pytest.fixture()
+def shared(tmp_path: Path) -> Iterator[Path]:
+    """A directory both users can enter (pytest's own are 0700)."""
+    import tempfile
+
+    d = Path(tempfile.mkdtemp(prefix="envbuilder-faults-", dir="/tmp"))
+    d.chmod(0o777)
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _one_error(res: subprocess.CompletedProcess[str], code: int, needle: str) -> None:
+    assert res.returncode == code, res.stderr
+    assert "Traceback" not in res.stderr
+    errors = [ln for ln in res.stderr.splitlines() if ln.startswith("error: ")]
+    assert len(errors) == 1 and needle in errors[0], res.stderr
+    assert res.stderr.splitlines()[res.stderr.splitlines().index(errors[0]) + 1].startswith("  fix: ")
+
+
+def test_a_bundle_part_this_user_may_not_read(shared: Path, bundle_master: dict[str, Path]) -> None:
+    bundle = shared / "bundle"
+    shutil.copytree(bundle_master["split"], bundle)
+    for p in [bundle, *bundle.iterdir()]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    (bundle / "bundle.tar.000").chmod(0)
+    before = snapshot(shared)
+    res = _as_other_user(["install", str(bundle), "--venv", str(shared / "venv")], shared)
+    _one_error(res, 77, "bundle.tar.000: permission denied")
+    assert snapshot(shared) == before
+
+
+def test_an_output_this_user_may_not_write(shared: Path, tmp_path: Path) -> None:
+    mine = shared / "root-owned"
+    mine.mkdir(mode=0o755)
+    cert = shared / "certificate.json"
+    cert.write_text(json.dumps({"schema": 1, "status": "pass", "level": 0, "lock_sha256": "a" * 64, "row": "r",
+                                "checks": [{"name": "drift", "status": "pass"}], "summary": {"pass": 1}}))
+    cert.chmod(0o644)
+    before = snapshot(shared)
+    for args, needle in ((["report", str(cert), "-o", str(mine / "site")], "permission denied"),
+                         (["keygen", "-o", str(mine / "keys")], "permission denied"),
+                         (["verify-cert", str(cert), "--lock", str(mine)], "")):
+        res = _as_other_user(args, shared)
+        if needle:
+            _one_error(res, 77, needle)
+        assert snapshot(shared) == before, args
+    certs = shared / "certs"  # a directory of certificates, one of which this user may not read
+    certs.mkdir(mode=0o755)
+    (certs / "a").mkdir(mode=0o755)
+    shutil.copy(cert, certs / "a" / "certificate.json")
+    (certs / "a" / "certificate.json").chmod(0)
+    res = _as_other_user(["report", str(certs), "-o", str(shared / "site")], shared)
+    _one_error(res, 77, "certificate.json: permission denied")

@@ -159,6 +159,12 @@ def entry() -> int:
     except KeyboardInterrupt as exc:  # SIGINT, or procs.Terminated for SIGTERM/SIGHUP: cleanup has run
         log(f"interrupted ({procs.interrupt_name(exc)})")
         return procs.interrupt_exit_code(exc)
+    except OSError as exc:  # its work directory full or read-only: a typed code the host maps, not a traceback
+        from envbuilder.errors import os_error
+
+        err = os_error(exc, action="use")
+        log(f"error: {err.cause}\n  fix: {err.fix}")
+        return err.exit_code
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from envbuilder.certify.runner import Target, run_certify
 from envbuilder.errors import (
     CertificationFailedError,
     CertifyEnvironmentError,
+    DiskFullError,
     EnvbuilderError,
     InvalidOptionError,
 )
@@ -125,19 +126,19 @@ ENV_DIR = "from-environment"
 
 
 def _env_dir(stage: Path, t: Target) -> Path:
-    """Where the environment writes. A container may run as another uid, so its directory is open to all
-    (0777): it is reachable only through the container's mount, since `stage` itself admits no one else.
-    Nothing is taken from it: the host writes and signs the certificate it read from the environment's stdout."""
+    """The directory mounted where a container's output would go (private, 0700): the environment writes
+    nothing the host takes; the host writes and signs the certificate it read from the environment's stdout."""
     d = stage / ENV_DIR
     d.mkdir(mode=0o700)
-    if not t.on_host:
-        d.chmod(0o777)
     return d
 
 
 def _certificate_from(rc: int, stdout: str, exp: Expectations, kind: str) -> tuple[bytes, Certificate]:
     """The environment's certificate, read once from its stdout (a pipe no one else can write), checked,
     and bound to what the host asked for: these exact bytes are what the host writes and signs."""
+    if rc == DiskFullError.exit_code:  # the environment's own work directory ($TMPDIR there) is full
+        raise DiskFullError(f"the {kind} ran out of disk space while it ran the checks (its $TMPDIR)",
+                            "free space there (or point TMPDIR at a bigger disk) and certify again")
     if rc not in (0, CertificationFailedError.exit_code):
         raise CertifyEnvironmentError(f"the checks could not run in the {kind} (exit code {rc})",
                                       "read the output above; `python -m envbuilder.certify --help` inside the "
@@ -192,9 +193,10 @@ def _expectations(t: Target, lock: Path | None, expect: Path | None, artifact: A
     return expectations_from_lock(binding, matrices=matrices_dir(), artifact=artifact)
 
 
-def _inner_args(opts: CertifyOptions, exp_path: str, out_path: str) -> list[str]:
-    args = [f"--level={opts.level}", f"--expect={exp_path}", f"--out={out_path}", "--json",
-            f"--steps={opts.steps}", "--host-managed-out"]
+def _inner_args(opts: CertifyOptions, exp_path: str) -> list[str]:
+    # no --out: the environment writes nothing the host keeps; the host renders and writes every file from
+    # the certificate the environment prints (so a full or read-only -o is the host's typed error)
+    args = [f"--level={opts.level}", f"--expect={exp_path}", "--json", f"--steps={opts.steps}"]
     if opts.cpu:
         args.append("--cpu")
     if opts.only:
@@ -240,8 +242,8 @@ def certify_environment(opts: CertifyOptions, progress: Progress = lambda _m: No
         in_dir.chmod(0o755)
         with _out_dir(output, progress) as stage:
             env_dir = _env_dir(stage, t)
-            exp_path, out_path = t.inner_paths(in_dir, env_dir)
-            args = _inner_args(opts, exp_path, out_path)
+            exp_path, _ = t.inner_paths(in_dir, env_dir)
+            args = _inner_args(opts, exp_path)
             rc, stdout = run_certify(t, args, in_dir, env_dir, gpus=opts.level >= 1 and not opts.cpu)
             raw, cert = _certificate_from(rc, stdout, exp, t.kind)
             if output is not None:

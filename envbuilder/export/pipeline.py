@@ -132,10 +132,14 @@ def check_output(path: Path) -> None:
         raise OutputPathError(f"output {path} is a directory", "pass a file path, e.g. -o build/nemo.sqsh")
     if not parent.is_dir():
         raise OutputPathError(f"output directory {parent} does not exist", f"create it first: mkdir -p {parent}")
-    try:
+    try:  # one block written and synced: a full disk fails here, before the image is saved
         fd, probe = tempfile.mkstemp(prefix=f".{path.name}.probe.", dir=parent)
-        os.close(fd)
-        os.unlink(probe)
+        try:
+            os.write(fd, b"\0" * 4096)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+            os.unlink(probe)
     except OSError as exc:
         raise os_error(exc, parent, action="write in", flag="-o") from exc
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from envbuilder import procs
-from envbuilder.errors import EnvbuilderError
+from envbuilder.errors import EnvbuilderError, OutputPathError, os_error
 from envbuilder.lock.pipeline import LockOptions, LockResult, run_lock
 from envbuilder.matrix.model import Matrix
 from envbuilder.resolve.request import ResolveRequest
@@ -79,7 +79,13 @@ def lock_all(matrix: Matrix, request: Callable[[str], ResolveRequest], output: P
     rows = list(tags if tags is not None else matrix.names())
     jobs = max(1, min(jobs, len(rows) or 1))
     output = Path(output)
-    output.mkdir(parents=True, exist_ok=True)
+    if output.exists() and not output.is_dir():
+        raise OutputPathError(f"-o {output} is a file; lock --all writes one directory per row into it",
+                              "pass a directory to -o (e.g. -o locks)")
+    try:
+        output.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise os_error(exc, output, action="create", flag="-o") from exc
     done = 0
     lock = threading.Lock()
 
