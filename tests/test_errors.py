@@ -131,3 +131,15 @@ def test_os_error_mapping(code: int, action: str, cls: type[errors.EnvbuilderErr
     bare = errors.os_error(OSError(code, ""))  # no path, no strerror: still a cause with words in it
     assert type(bare) is cls or cls in (errors.InputReadError, errors.OutputPathError)
     assert bare.cause.strip() and not bare.cause.endswith(": ")
+
+
+def test_readme_failure_table_covers_every_exit_code() -> None:
+    """Every exit code a class has is in README's "Failure modes" table (its last column)."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    table = readme[readme.index("## Failure modes"):]
+    table = table[: table.index("\n## ", 5)]
+    listed: set[int] = set()
+    for row in (ln for ln in table.splitlines() if ln.startswith("| ") and not ln.startswith("|---")):
+        listed |= {int(x) for x in re.findall(r"\b(\d{1,3})\b", row.rstrip().rstrip("|").rsplit("|", 1)[-1])}
+    missing = sorted((c.exit_code, c.__name__) for c in errors.all_error_classes() if c.exit_code not in listed)
+    assert not missing, f"add these to README's Failure modes table: {missing}"

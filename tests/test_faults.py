@@ -347,6 +347,12 @@ CASES: dict[str, tuple[Callable[[Kit], Case], int, str]] = {
     "build-secret-syntax": (lambda k: Case(["build", str(k.lock), "--secret", "nonsense"], [k.lock]), 33, "secret"),
     "build-lock-sha-zero": (lambda k: _with(k, lambda: _edit_record(k.lock, lock_sha256="0" * 64),
                                             ["build", str(k.lock)]), 19, "lock_sha256 000000000000"),
+    "build-record-files-traversal": (lambda k: _with(k, lambda: _edit_record(k.lock, files={
+        "pyproject.toml": "0" * 64, "uv.lock": "0" * 64, "../../../etc/hostname": "0" * 64}),
+        ["build", str(k.lock)]), 19, "../../../etc/hostname"),
+    "bundle-record-local-wheel-traversal": (lambda k: _with(k, lambda: _edit_record(
+        k.lock, local_wheels={"torch": "../../outside.whl"}), ["bundle", str(k.lock), "-o", str(k.tmp / "b")]), 19,
+        "../../outside.whl"),
     "build-record-array": (lambda k: _with(k, lambda: _record(k.lock, []), ["build", str(k.lock)]), 19,
                            "not a JSON object"),
     "build-record-empty-object": (lambda k: _with(k, lambda: _record(k.lock, {}), ["build", str(k.lock)]), 120,

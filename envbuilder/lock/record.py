@@ -21,6 +21,7 @@ from envbuilder.choices import ROW_OPTIONS, LockMode
 from envbuilder.errors import LockDirError, LockSchemaError, MalformedFileError
 from envbuilder.host.torchprobe import RecordedTorch
 from envbuilder.jsonread import Fields, loads_json, read_bytes
+from envbuilder.safetext import plain_relpath_problem, printable
 
 if TYPE_CHECKING:  # annotations only: export and build read records without loading the resolver
     from envbuilder.resolve.request import ResolveRequest
@@ -304,6 +305,13 @@ class LockRecord:
         if unknown:  # a same-schema record with fields we do not know was not written by a release of ours
             raise LockSchemaError(f"{where}: lock record has unknown field(s) {', '.join(unknown)}",
                                   "re-lock with this envbuilder (envbuilder lock)")
+        try:  # every name the record joins to the lock directory is a relative path of plain names
+            for rel in [*data["files"], *data["local_wheels"].values()]:
+                problem = plain_relpath_problem(rel)
+                if problem is not None:
+                    raise LockDirError(f"{where}: the file name {printable(rel)[:80]!r} {problem}", _FIX)
+        except (TypeError, AttributeError) as exc:
+            raise LockDirError(f"{where}: malformed lock record ({exc})", _FIX) from exc
         try:
             kwargs = dict(data)
             kwargs["mode"] = _mode(data["mode"], where)

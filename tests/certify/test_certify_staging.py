@@ -98,22 +98,26 @@ def test_another_user_cannot_forge_what_the_owner_signs(shared_dir: Path) -> Non
 
 
 def test_staging_is_private_while_it_is_written(shared_dir: Path) -> None:
-    """The directory the environment writes into, and its parent staging directory, admit no other user."""
+    """While the environment runs, the staging directory beside -o admits no other user, and the environment
+    is given no directory to write into at all (the host writes every file from what it printed)."""
     exp = shared_dir / "expect.json"
     exp.write_text(json.dumps({"schema": 1, "lock_sha256": None, "packages": {"click": version("click")}}))
     venv = shared_dir / "venv"
     (venv / "bin").mkdir(parents=True)
-    seen = shared_dir / "modes"
+    seen = shared_dir / "seen"
     (venv / "bin" / "python").write_text(f"""#!/bin/sh
-for a in "$@"; do case "$a" in --out=*) out="${{a#--out=}}";; esac; done
-stat -c '%a %u %n' "$out" "$out/.." > "{seen}"
+echo "args: $*" > "{seen}"
+stat -c '%a %u %n' "{shared_dir}"/.cert.staging.* >> "{seen}"
 exec "{sys.executable}" "$@"
 """)
     (venv / "bin" / "python").chmod(0o755)
     proc = _envbuilder("certify", "--venv", str(venv), "--expect", str(exp), "--level", "0", "-o",
                        str(shared_dir / "cert"))
     assert proc.returncode == 0, proc.stderr
-    for line in seen.read_text().splitlines():
+    args, *modes = seen.read_text().splitlines()
+    assert "--out" not in args, args
+    assert modes
+    for line in modes:
         mode, uid, _name = line.split(" ", 2)
         assert int(mode, 8) & 0o077 == 0 and int(uid) == os.geteuid(), line
 
