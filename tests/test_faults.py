@@ -688,6 +688,28 @@ CASES: dict[str, tuple[Callable[[Kit], Case], int, str]] = {
     "export-o-readonly": (lambda k: Case(["export", "img", "-o", str(_ro(k) / "x.sqsh")], [k.tmp]), 78, "read-only"),
     "nightly-locks-status-readonly": (lambda k: Case(["nightly", "locks-status", str(_lock_all_json(k)), "-o",
                                                       str(_ro(k) / "STATUS.md")], [k.tmp]), 78, "read-only"),
+    "install-split-index-deep": (lambda k: _with_bundle(k, lambda b: (b / "envbuilder-bundle.parts.json").write_text(
+        "[" * 100_000 + "]" * 100_000), split=True), 122, "nests deeper"),
+    "install-wheelhouse-deep": (lambda k: _install(k, k.bundle(), "--wheelhouse", str(_wheelhouse(k, "[" * 100_000 +
+                                                                                                 "]" * 100_000))),
+                                122, "nests deeper"),
+    "install-wheelhouse-endless": (lambda k: _install(k, k.bundle(), "--wheelhouse", str(_wheelhouse(k, None))),
+                                   121, "larger than"),
+    "install-wheelhouse-wheel-traversal": (lambda k: _install(k, k.bundle(), "--wheelhouse", str(_wheelhouse(
+        k, json.dumps({"schema": 1, "lock_sha256": "a" * 64, "arch_list": "9.0", "packages": [
+            {"name": "causal-conv1d", "version": "1", "wheel": "../../victim.txt", "sha256": "b" * 64}]})))), 73,
+        "wheel"),
+    "refresh-snapshot-endless": (lambda k: Case(["matrix", "refresh", "--snapshot",
+                                                 str(_linked(k, "snap.json", "/dev/zero"))], [k.tmp]), 121,
+                                 "larger than"),
+    "locks-status-endless": (lambda k: Case(["nightly", "locks-status", str(_linked(k, "all.json", "/dev/zero")),
+                                             "-o", str(k.tmp / "STATUS.md")], [k.tmp]), 121, "larger than"),
+    "report-history-duplicate-key": (lambda k: _report(k, history='{"schema": 1, "schema": 1, "entries": []}'), 93,
+                                     "twice"),
+    "certify-expect-nan": (lambda k: Case(["certify", "--venv", sys.prefix, "--level", "0", "--expect",
+                                           str(_linked_text(k, "e.json", '{"schema": 1, "datasheet": [{"names": '
+                                                            '["H100"], "bf16_dense_tflops": NaN}]}'))], [k.tmp]),
+                           73, "NaN"),
     "install-split-index-endless": (lambda k: _with_bundle(k, lambda b: _replace_with_link(
         b / "envbuilder-bundle.parts.json", "/dev/zero"), split=True), 121, "larger than"),
 }
@@ -721,6 +743,17 @@ def _linked(k: Kit, name: str, target: str) -> Path:
 
 def _made(d: Path) -> Path:
     d.mkdir()
+    return d
+
+
+def _wheelhouse(k: Kit, text: str | None) -> Path:
+    """A wheelhouse directory whose wheelhouse.json is `text` (None: endless, a link to /dev/zero)."""
+    d = k.tmp / "wh"
+    d.mkdir()
+    if text is None:
+        (d / "wheelhouse.json").symlink_to("/dev/zero")
+    else:
+        (d / "wheelhouse.json").write_text(text)
     return d
 
 
