@@ -130,7 +130,7 @@ THRESHOLD     ?= 10
 NIGHTLY_HISTORY ?= $(NIGHTLY_OUT)/history.json
 NIGHTLY_ROWS_ARG = $(if $(ROWS),--rows "$(ROWS)")
 nightly: setup host
-	$(ENVB) nightly run $(NIGHTLY_ROWS_ARG) --level $(LEVEL) --jobs $(NIGHTLY_JOBS) -o $(NIGHTLY_OUT) \
+	$(ENVB) nightly run $(NIGHTLY_ROWS_ARG) --level $(LEVEL) --parallel $(NIGHTLY_JOBS) -o $(NIGHTLY_OUT) \
 		--locks $(LOCKS) --threshold $(THRESHOLD) --history $(NIGHTLY_HISTORY) $(if $(PUBKEY),--key $(PUBKEY)) \
 		$(if $(NIGHTLY_PUSH),--push $(NIGHTLY_PUSH)) $(NIGHTLY_OPTS)
 

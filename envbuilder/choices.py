@@ -83,6 +83,9 @@ FORMAT_SUFFIXES = {"sqsh": "sqsh", "squashfs": "sqsh", "sif": "sif"}
 CERTIFY_TARGETS = ("image", "sqsh", "sif", "venv", "in-place")
 #: certify kinds that run on this host's filesystem (no container)
 HOST_TARGETS = ("venv", "in-place")
+#: certify --only: the check groups, in the order they run
+CERTIFY_GROUPS = ("drift", "imports", "torch-build", "driver", "arch", "kernels", "gemm", "pretrain", "mcore", "nemo",
+                  "mbridge", "nccl", "parallel")
 #: certify levels: 0 no GPU, 1 one GPU, 2 several
 CERTIFY_LEVELS = (0, 1, 2)
 DEFAULT_CERTIFY_LEVEL = 1

@@ -188,8 +188,9 @@ def _top_level_imports(path: Path) -> set[str]:
 def test_in_environment_certify_imports_stdlib_and_torch_only() -> None:
     """At import time, in-environment modules use the standard library, torch and envbuilder's
     stdlib-only base modules; anything else is imported lazily, inside a try, where it is probed."""
-    allowed_envbuilder = {"envbuilder", "envbuilder.archlist", "envbuilder.canonical", "envbuilder.errors",
-                          "envbuilder.jsonread", "envbuilder.safetext", "envbuilder.procs", "envbuilder.atomic"}
+    allowed_envbuilder = {"envbuilder", "envbuilder.archlist", "envbuilder.canonical", "envbuilder.choices",
+                          "envbuilder.errors", "envbuilder.jsonread", "envbuilder.safetext", "envbuilder.procs",
+                          "envbuilder.atomic"}
     bad = []
     for name, path in _in_environment_modules().items():
         for mod in _top_level_imports(path):

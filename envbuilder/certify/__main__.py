@@ -13,11 +13,11 @@ from pathlib import Path
 from envbuilder.certify import CERT_NAME
 from envbuilder.certify.expect import Expectations, load_expectations
 from envbuilder.certify.result import FAIL, PASS, SKIPPED, CheckResult, Stopwatch
+from envbuilder.choices import CERTIFY_GROUPS
 from envbuilder.errors import EnvbuilderError
 
 EXIT_FAILED = 50
-GROUPS = ("drift", "imports", "torch-build", "driver", "arch", "kernels", "gemm", "pretrain", "mcore", "nemo",
-          "mbridge", "nccl", "parallel")
+GROUPS = CERTIFY_GROUPS
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -11,6 +11,7 @@ from envbuilder.archlist import ArchList
 from envbuilder.choices import BUILD_TARGETS, DEFAULT_BUILD_TARGET, MODES
 from envbuilder.cli.options import (
     arch_list_option,
+    ca_bundle_option,
     choice,
     git_mirror_option,
     json_option,
@@ -79,7 +80,7 @@ class BuildDisplay:
               help="Base image for both stages (default: matrices/images.toml for the lock's CUDA).")
 @click.option("--mode", type=choice(MODES), default=None,
               help="Template (default: the lock's mode; must match it).")
-@arch_list_option("the image's kernels are compiled for (TORCH_CUDA_ARCH_LIST, NVTE_CUDA_ARCHS)")
+@arch_list_option()
 @click.option("--jobs", type=int, default=None,
               help="Parallel compile jobs (MAX_JOBS; default: cores, at most one per 4 GiB of RAM).")
 @click.option("--target", type=choice(BUILD_TARGETS), default=DEFAULT_BUILD_TARGET, show_default=True,
@@ -87,9 +88,7 @@ class BuildDisplay:
                    "runtime: the slim image.")
 @click.option("--python", default=None, metavar="X.Y",
               help="Python for the venv (default: the lock's target; another minor warns).")
-@click.option("--ca-bundle", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
-              help="CA bundle for a TLS-intercepting proxy, passed as a BuildKit secret "
-                   "(default: SSL_CERT_FILE, REQUESTS_CA_BUNDLE, or the system bundle).")
+@ca_bundle_option()
 @click.option("--no-ca-bundle", is_flag=True, help="Pass no CA bundle into the build.")
 @click.option("--secret", "secrets", multiple=True, metavar="id=NAME,env=VAR|src=FILE",
               help="A BuildKit secret for the fetching steps, exported there as $NAME. Repeatable.")

@@ -8,7 +8,7 @@ import click
 
 from envbuilder.bundle import BundleOptions, InstallOptions, make_bundle, run_install
 from envbuilder.bundle.parts import parse_size
-from envbuilder.cli.options import git_mirror_option, json_option, lock_dir_input, timings_option
+from envbuilder.cli.options import ca_bundle_option, git_mirror_option, json_option, lock_dir_input, timings_option
 from envbuilder.console import emit_json, stderr_console, styled
 
 
@@ -21,8 +21,7 @@ from envbuilder.console import emit_json, stderr_console, styled
               help="Stage-2 wheels from `envbuilder wheels` to carry along.")
 @click.option("--cache-dir", type=click.Path(path_type=Path), default=None,
               help="Download cache root (default ENVBUILDER_CACHE_DIR or ~/.cache/envbuilder).")
-@click.option("--ca-bundle", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
-              help="CA bundle for a TLS-intercepting proxy.")
+@ca_bundle_option()
 @git_mirror_option
 @json_option()
 @timings_option

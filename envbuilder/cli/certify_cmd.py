@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 import click
 from rich.text import Text
 
-from envbuilder.cli.options import deprecated_alias, json_option, lock_dir_input
+from envbuilder.choices import CERTIFY_GROUPS
+from envbuilder.cli.options import deprecated_alias, interpreter_option, json_option, lock_dir_input
 from envbuilder.console import emit_json, plain, stderr_console, styled
 from envbuilder.errors import InvalidOptionError
 
@@ -58,12 +59,11 @@ def _print_table(cert: Certificate) -> None:
 @click.option("--level", type=click.IntRange(0, 2), default=1, show_default=True,
               help="0: drift/imports/torch build; 1: + GPU kernels, GEMM, tiny pretrain; 2: + NCCL, parallel.")
 @click.option("--cpu", is_flag=True, help="No GPU: level 0 plus a torch-only GPT pretrain on CPU (gloo, DP=2).")
-@click.option("--only", default="", help="Comma-separated check groups (drift,imports,torch-build,driver,arch,"
-              "kernels,gemm,pretrain,mcore,nemo,mbridge,nccl,parallel).")
+@click.option("--only", default="", help=f"Comma-separated check groups ({','.join(CERTIFY_GROUPS)}).")
 @click.option("--steps", type=click.IntRange(5, 10000), default=30, show_default=True)
 @click.option("--gpus", type=click.IntRange(0), default=0, help="Level 2: GPUs to use (default: all visible).")
-@click.option("--interpreter", default="python", show_default=True, metavar="PATH",
-              help="Python interpreter inside --image/--sqsh/--sif (a name on its PATH or an absolute path).")
+@interpreter_option("inside --image/--sqsh/--sif (a name on its PATH or an absolute path)", on_host=False,
+                    default="python")
 @deprecated_alias("--python", "--interpreter", "interpreter")
 @click.option("-o", "--output", type=click.Path(path_type=Path, file_okay=False),
               help="Write certificate.json, report.md and loss-curve SVGs here (replaced atomically).")
@@ -82,13 +82,12 @@ def certify(image: str | None, sqsh: Path | None, sif: Path | None, venv: Path |
             interpreter: str, output: Path | None, logs: Path | None, timestamp: bool, sign_key: Path | None,
             sbom: Path | None, as_json: bool) -> None:
     """Certify an environment: imports, kernels, GEMM, NCCL and tiny-pretrain checks, with a certificate."""
-    from envbuilder.certify.__main__ import GROUPS
     from envbuilder.certify.flow import CertifyOptions, certify_environment
 
-    unknown = sorted({g.strip() for g in only.split(",") if g.strip()} - set(GROUPS))
+    unknown = sorted({g.strip() for g in only.split(",") if g.strip()} - set(CERTIFY_GROUPS))
     if unknown:
-        raise click.BadParameter(f"unknown check group(s) {', '.join(unknown)}; choose from {', '.join(GROUPS)}",
-                                 param_hint="--only")
+        raise click.BadParameter(f"unknown check group(s) {', '.join(unknown)}; choose from "
+                                 f"{', '.join(CERTIFY_GROUPS)}", param_hint="--only")
     opts = CertifyOptions(
         target=_target(image, sqsh, sif, venv, in_place, interpreter), lock=lock, expect=expect, level=level,
         cpu=cpu, only=only, steps=steps, gpus=gpus, output=output, logs=logs, timestamp=timestamp,

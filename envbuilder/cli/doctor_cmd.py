@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from envbuilder.cli.options import host_options, json_option
+from envbuilder.cli.options import host_options, interpreter_option, json_option
 from envbuilder.console import emit_json, stderr_console, styled
 from envbuilder.errors import EnvbuilderError
 from envbuilder.host import HostInfo, RowVerdict, detect_host, evaluate_matrix, plan_host
@@ -101,8 +101,7 @@ def _print_host_torch(report: dict[str, Any]) -> None:
 
 @click.command(name="doctor")
 @host_options(count=True)
-@click.option("--interpreter", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
-              help="Also report this Python's torch (NGC, cluster module) and which rows' torch it matches.")
+@interpreter_option("whose torch to report too (NGC, cluster module), with the rows whose torch it matches")
 @json_option("Print the report as JSON on stdout.")
 def doctor(driver: str | None, gpu: str | None, sm: str | None, gpu_count: int | None, interpreter: Path | None,
            as_json: bool) -> None:

@@ -16,7 +16,7 @@ from envbuilder.resolve import ResolveRequest
 
 
 def run_lock_all(matrix: Matrix, request: Callable[[str], ResolveRequest], output: Path, base: LockOptions,
-                 jobs: int, as_json: bool, timings: bool = True) -> BatchResult:
+                 parallel: int, as_json: bool, timings: bool = True) -> BatchResult:
     console = stderr_console()
     rows = matrix.names()
     with Progress(TextColumn("lock --all"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -35,9 +35,9 @@ def run_lock_all(matrix: Matrix, request: Callable[[str], ResolveRequest], outpu
                 verb = "checked" if base.check else ("wrote" if outcome.changed else "unchanged")
                 bar.console.print(f"{verb} {outcome.output} ({how}, {outcome.seconds:.1f}s)")
 
-        result = lock_all(matrix, request, output, base, jobs=jobs, tags=rows, progress=progress)
+        result = lock_all(matrix, request, output, base, parallel=parallel, tags=rows, progress=progress)
     console.print(f"{len(rows) - len(result.failed)}/{len(rows)} rows locked in {result.wall_seconds:.1f}s "
-                  f"with {result.jobs} at a time (one after another: {result.sum_seconds:.1f}s)")
+                  f"with {result.parallel} at a time (one after another: {result.sum_seconds:.1f}s)")
     if result.failed:  # with --json the error's details carry the per-row results
         names = ", ".join(r.row for r in result.failed)
         raise LockAllError(f"{len(result.failed)} of {len(rows)} rows failed to lock: {names}",

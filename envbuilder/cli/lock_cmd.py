@@ -17,12 +17,23 @@ from envbuilder.choices import (
     TORCH_INDEXES,
     LockMode,
 )
-from envbuilder.cli.matrix_cmd import chosen_row, row_options
-from envbuilder.cli.options import arch_list_option, choice, host_options, json_option, timings_option
+from envbuilder.cli.options import (
+    arch_list_option,
+    ca_bundle_option,
+    choice,
+    chosen_row,
+    deprecated_alias,
+    host_options,
+    interpreter_option,
+    json_option,
+    parallel_option,
+    row_options,
+    timings_option,
+)
 from envbuilder.console import emit_json, stderr_console, styled
 from envbuilder.host.torchprobe import probe_torch, read_torch_facts
 from envbuilder.lock import LockOptions, run_lock
-from envbuilder.lock.batch import DEFAULT_JOBS
+from envbuilder.lock.batch import DEFAULT_PARALLEL
 from envbuilder.matrix import load_matrix
 from envbuilder.resolve import ResolveRequest, lock_glibc, parse_set
 from envbuilder.resolve.host import host_facts
@@ -50,8 +61,8 @@ def _relock_command(out: Path) -> str:
 @row_options
 @click.option("--all", "all_rows", is_flag=True,
               help="Lock every matrix row into OUTPUT/<tag>/ (default OUTPUT: locks), several at a time.")
-@click.option("--jobs", type=click.IntRange(1, 64), default=None,
-              help=f"With --all: rows locked at once (default {DEFAULT_JOBS}).")
+@parallel_option("rows locked", note=f"with --all (default {DEFAULT_PARALLEL})")
+@deprecated_alias("--jobs", "--parallel", "parallel", type=click.IntRange(1, 64))
 @click.option("--online", is_flag=True,
               help="Skip the offline-first attempt: always ask the package index.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
@@ -63,7 +74,7 @@ def _relock_command(out: Path) -> str:
               help="pypi: PyPI's torch wheel when it has the row's CUDA major; pytorch: the exact CUDA variant "
                    "from download.pytorch.org.")
 @host_options(detect=True)
-@arch_list_option("the stage-2 kernels are compiled for (recorded in the lock; build, wheels and certify use it)")
+@arch_list_option()
 @click.option("--set", "sets", multiple=True, metavar="NAME==VERSION",
               help="Override a component's version (NAME==none leaves it out). Repeatable.")
 @click.option("--source", type=choice(SOURCES), default=DEFAULT_SOURCE, show_default=True,
@@ -72,9 +83,8 @@ def _relock_command(out: Path) -> str:
               help="hermetic: the whole stack from the lock on a CUDA base; ngc-base: on the row's NGC container, "
                    "keeping its torch; host-torch: on top of --interpreter's torch (NGC, cluster modules), "
                    "installed with `envbuilder install --system-site-packages`.")
-@click.option("--interpreter", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
-              help="With --mode host-torch: the Python that already has torch (its Python, CUDA and torch are "
-                   "recorded and never replaced).")
+@interpreter_option("that already has torch, with --mode host-torch (its Python, CUDA and torch are recorded and "
+                    "never replaced)")
 @click.option("--host-torch-facts", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
               help="With --mode host-torch, instead of --interpreter: the JSON that "
                    "`python -m envbuilder.host.torchprobe` printed on the target (lock on a machine with network "
@@ -86,8 +96,7 @@ def _relock_command(out: Path) -> str:
               help="Accept a driver older than the CUDA minimum when CUDA minor-version compatibility covers it.")
 @click.option("--find-links", multiple=True, type=click.Path(path_type=Path),
               help="Directory of local wheels; a wheel matching a stage-1 pin is copied into the lock dir.")
-@click.option("--ca-bundle", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
-              help="CA bundle for a TLS-intercepting proxy (default: SSL_CERT_FILE when set).")
+@ca_bundle_option()
 @click.option("--allow-source-build/--no-source-build", "allow_source_build", default=True, show_default=True,
               help="--no-source-build: fail when a stage-2 kernel package has no prebuilt wheel for the chosen torch "
                    "(instead of compiling it in stage 2).")
@@ -96,7 +105,7 @@ def _relock_command(out: Path) -> str:
               help="Exit 71 instead of waiting when another envbuilder run is writing the same -o.")
 @json_option("Print the lock record as JSON on stdout.")
 @timings_option
-def lock(nemo: str | None, release: str | None, mbridge: str | None, all_rows: bool, jobs: int | None,
+def lock(nemo: str | None, release: str | None, mbridge: str | None, all_rows: bool, parallel: int | None,
          online: bool, output: Path | None, python: str | None, cuda: str | None, torch: str | None,
          torch_index: str, driver: str | None, gpu: str | None, sm: str | None, no_detect: bool,
          arch_list: ArchList | None,
@@ -136,7 +145,7 @@ def lock(nemo: str | None, release: str | None, mbridge: str | None, all_rows: b
     if all_rows:
         from envbuilder.cli.lock_all import run_lock_all
 
-        run_lock_all(matrix, request, base.output, base, jobs or DEFAULT_JOBS, as_json, timings)
+        run_lock_all(matrix, request, base.output, base, parallel or DEFAULT_PARALLEL, as_json, timings)
         return
     key, option = chosen_row(nemo, release, mbridge)
     req = request(key, option)

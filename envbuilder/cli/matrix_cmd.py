@@ -14,33 +14,19 @@ import click
 
 from envbuilder.atomic import write_atomic
 from envbuilder.choices import LockMode
-from envbuilder.cli.options import json_option, timings_option
+from envbuilder.cli.options import (
+    ca_bundle_option,
+    chosen_row,
+    json_option,
+    lock_dir_input,
+    row_options,
+    timings_option,
+)
 from envbuilder.console import emit_json, stderr_console, stdout_console, styled
 from envbuilder.errors import InvalidOptionError, MatrixBehindError, NetworkError
 from envbuilder.matrix import Matrix, Release, load_matrix
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def row_options(func: F) -> F:
-    """--nemo / --release / --mbridge: the three ways to name one matrix row."""
-    func = click.option("--mbridge", default=None, metavar="VERSION",
-                        help="Megatron-Bridge version of a row, e.g. 0.4.0.")(func)
-    func = click.option("--release", default=None, metavar="YY.MM",
-                        help="NeMo Framework release (container tag) of a row, e.g. 26.04 or 25.11.")(func)
-    func = click.option("--nemo", default=None, metavar="TAG",
-                        help="NeMo release tag of a row, e.g. v2.3.0 (or a test profile).")(func)
-    return func
-
-
-def chosen_row(nemo: str | None, release: str | None, mbridge: str | None) -> tuple[str, str]:
-    """(key, option) of the one row option given."""
-    given = [(v, o) for v, o in ((nemo, "nemo"), (release, "release"), (mbridge, "mbridge")) if v]
-    if len(given) != 1:
-        raise InvalidOptionError("name one matrix row: --nemo TAG, --release YY.MM or --mbridge VERSION"
-                                 + (f" (got {', '.join('--' + o for _, o in given)})" if given else ""),
-                                 "e.g. --release 26.04 or --nemo v2.3.0 (envbuilder matrix list)")
-    return given[0]
 
 # `matrix show --json` keys, each from a release field or the CUDA table
 SHOW_FIELDS = {
@@ -173,8 +159,7 @@ def show(nemo: str | None, release: str | None, mbridge: str | None, as_json: bo
               help="Read a recorded index snapshot (JSON) instead of PyPI.")
 @click.option("--draft", "draft_path", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Write the unverified draft entries (TOML) to this file for review.")
-@click.option("--ca-bundle", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
-              help="CA bundle for a TLS-intercepting proxy (default: SSL_CERT_FILE when set).")
+@ca_bundle_option()
 @json_option()
 def refresh_cmd(snapshot: Path | None, draft_path: Path | None, ca_bundle: Path | None, as_json: bool) -> None:
     """Upstream releases newer than the matrix, with unverified draft entries; exit 83 when behind."""
@@ -241,8 +226,7 @@ def refresh_cmd(snapshot: Path | None, draft_path: Path | None, ca_bundle: Path 
                    "(validated first; nothing is written when the matrix would not load).")
 @click.option("--matrices", "matrices_path", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Matrices directory to write into (default: the one envbuilder loads).")
-@click.option("--ca-bundle", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
-              help="CA bundle for a TLS-intercepting proxy (default: SSL_CERT_FILE when set).")
+@ca_bundle_option()
 @json_option()
 @timings_option
 def derive_cmd(mbridge: str | None, nemo_tag: str | None, source: str | None, megatron_lm: str | None,
@@ -292,17 +276,16 @@ def derive_cmd(mbridge: str | None, nemo_tag: str | None, source: str | None, me
 
 @matrix.command("compare")
 @row_options
-@click.option("--lock", "lockdir", type=click.Path(path_type=Path, file_okay=False), default=None,
-              help="Lock directory to compare (default: locks/ROW).")
+@lock_dir_input(help="Lock directory to compare (default: locks/ROW).")
 @json_option()
-def compare_cmd(nemo: str | None, release: str | None, mbridge: str | None, lockdir: Path | None,
+def compare_cmd(nemo: str | None, release: str | None, mbridge: str | None, lock: Path | None,
                 as_json: bool) -> None:
     """A lock against the row's fidelity target (upstream's uv.lock): agreement and every difference's reason."""
     from rich.table import Table
 
     from envbuilder.errors import LockDirError
     from envbuilder.lock.fidelity import Fidelity, compare, our_versions
-    from envbuilder.lock.record import LockRecord
+    from envbuilder.lock.lockdir import open_lockdir
     from envbuilder.resolve.resolver import find_row
     from envbuilder.resolve.upstream import upstream_pins
 
@@ -313,8 +296,8 @@ def compare_cmd(nemo: str | None, release: str | None, mbridge: str | None, lock
         raise InvalidOptionError(f"{row.label} has no upstream lock to compare with (only rows derived from a "
                                  "release that commits a uv.lock have one)", "pick a row from `envbuilder matrix list` "
                                  "whose status is derived")
-    lockdir = lockdir or Path("locks") / row.name
-    record = LockRecord.from_lockdir(lockdir)
+    lockdir = lock or Path("locks") / row.name
+    record = open_lockdir(lockdir).record
     if record.row != row.name:
         raise LockDirError(f"{lockdir} is a lock of row {record.row}, not {row.name}", f"pass --lock locks/{row.name}")
     cutoffs = {"*": str(row.exclude_newer.value), **{c.package: c.value for c in row.exclude_newer_package}}

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from envbuilder.cli.options import json_option, threshold_option
+from envbuilder.cli.options import deprecated_alias, json_option, parallel_option, threshold_option
 from envbuilder.console import emit_json, stderr_console
 from envbuilder.errors import NightlyRowsFailedError
 
@@ -18,7 +18,7 @@ def _rows(value: str | None) -> list[str]:
     return [r for r in (value or "").replace(",", " ").split() if r]
 
 
-def _row_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+def _step_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Options every row step shares (one definition for `run` and `step`)."""
     opts = [
         click.option("--level", type=click.IntRange(0, 2), default=2, show_default=True,
@@ -103,7 +103,8 @@ def plan(rows: str | None, level: int, include_test: bool) -> None:
 
 @nightly.command("run")
 @click.option("--rows", help="Rows (space or comma separated; default: every row `matrix list` shows).")
-@click.option("--jobs", type=click.IntRange(1, 64), default=2, show_default=True, help="Rows run at once.")
+@parallel_option("rows run", default=2)
+@deprecated_alias("--jobs", "--parallel", "parallel", type=click.IntRange(1, 64))
 @click.option("--no-resume", is_flag=True, help="Redo rows whose certificate still matches lock and image.")
 @click.option("--no-report", is_flag=True, help="Skip the dashboard and regression gate.")
 @click.option("--site", type=click.Path(path_type=Path, file_okay=False), help="Dashboard (default OUTPUT/site).")
@@ -111,9 +112,9 @@ def plan(rows: str | None, level: int, include_test: bool) -> None:
               help="History file (default OUTPUT/history.json).")
 @threshold_option("Regression gate: percent drop against the previous certificate of the row, same GPU model.")
 @click.option("--browser-check", is_flag=True, help="report --browser-check (headless Chromium).")
-@_row_options
+@_step_options
 @json_option("Print the summary as JSON on stdout.")
-def run(rows: str | None, jobs: int, no_resume: bool, no_report: bool, site: Path | None, history: Path | None,
+def run(rows: str | None, parallel: int, no_resume: bool, no_report: bool, site: Path | None, history: Path | None,
         threshold_pct: float, browser_check: bool, as_json: bool, **row_opts: Any) -> None:
     """Every row: lock --check, audit, build, sbom, export sqsh+sif, certify, verify-cert (and push, with
     --push); then report --gate."""
@@ -124,10 +125,11 @@ def run(rows: str | None, jobs: int, no_resume: bool, no_report: bool, site: Pat
     matrix = load_matrix()
     chosen = [r.row for r in make_plan(matrix, _rows(rows) or None, row_opts["level"], env={}).rows]
     console = stderr_console()
-    opts = NightlyOptions(chosen, _config("", **row_opts), jobs=jobs, resume=not no_resume, report=not no_report,
-                          site=site, history=history, threshold_pct=threshold_pct, browser_check=browser_check,
+    opts = NightlyOptions(chosen, _config("", **row_opts), parallel=parallel, resume=not no_resume,
+                          report=not no_report, site=site, history=history, threshold_pct=threshold_pct,
+                          browser_check=browser_check,
                           row_flags={r: row_flag(matrix, r) for r in chosen})
-    console.print(f"nightly: {len(chosen)} row(s), level {row_opts['level']}, {jobs} at a time: {' '.join(chosen)}")
+    console.print(f"nightly: {len(chosen)} row(s), level {row_opts['level']}, {parallel} at a time: {' '.join(chosen)}")
     result = run_nightly(opts, progress=console.print)
     for r in result.rows:
         f = r.failed_step
@@ -152,7 +154,7 @@ def run(rows: str | None, jobs: int, no_resume: bool, no_report: bool, site: Pat
 @click.argument("step", type=click.Choice(["lock-check", "audit", "build", "sbom", "export-sqsh", "export-sif",
                                            "certify", "verify", "push"]))
 @click.option("--row", required=True, help="Matrix row, e.g. v2.3.0.")
-@_row_options
+@_step_options
 def step(step: str, row: str, **row_opts: Any) -> None:
     """Run one step of one row (one workflow step); its output streams to OUTPUT/<row>/logs/STEP.log."""
     import sys

@@ -1,5 +1,7 @@
-"""Options shared by several commands, spelled once: `--json`, `--timings`, the host options,
-the lock-directory input, `--arch-list`, and hidden deprecated aliases for renamed options.
+"""Options shared by several commands, spelled once: `--json`, `--timings`, the host options, the row options,
+the lock-directory input, `--arch-list`, `--ca-bundle`, `--interpreter`, `--parallel`, and hidden deprecated
+aliases for renamed options. One meaning per name: `--jobs` is always compile jobs (MAX_JOBS), `--parallel`
+always how many things run at once.
 
 The value sets behind every click.Choice live in envbuilder/choices.py, where the stages'
 validators read them too.
@@ -52,14 +54,68 @@ def _parse_arch_list(_ctx: click.Context, _param: click.Parameter, value: str | 
     return check_arch_list(ArchList.parse(value), cuda=None)  # each sm names a GPU; the row's CUDA is checked later
 
 
-def arch_list_option(what: str) -> Callable[[F], F]:
+def arch_list_option() -> Callable[[F], F]:
     """--arch-list ARCHS, parsed once into an ArchList (every arch checked against matrices/cuda_archs.toml); the
     function receives `arch_list` (None when not given: the lock's own list applies)."""
     return click.option(
         "--arch-list", "arch_list", default=None, metavar="ARCHS", callback=_parse_arch_list,
-        help=f"GPU archs {what}, e.g. 9.0, 8.0;9.0+PTX or sm_80,sm_90 (default: the lock's --arch-list, else the "
-             "host's sm for a lock made for a host, else every data-center/workstation GPU from Ampere on that "
-             "the lock's CUDA compiles for: matrices/cuda_archs.toml [default]).")
+        help="GPU archs the stage-2 kernels are compiled for (TORCH_CUDA_ARCH_LIST, NVTE_CUDA_ARCHS), e.g. 9.0, "
+             "8.0;9.0+PTX or sm_80,sm_90. lock records it; build and wheels default to the lock's: its --arch-list, "
+             "else the host's sm for a lock made for a host, else every data-center/workstation GPU from Ampere on "
+             "that the lock's CUDA compiles for (matrices/cuda_archs.toml [default]).")
+
+
+def ca_bundle_option() -> Callable[[F], F]:
+    """--ca-bundle PEM: the CA of a TLS-intercepting proxy, for every command that reaches an index or a registry
+    (build hands it to BuildKit as a secret); the function receives `ca_bundle`."""
+    return click.option(
+        "--ca-bundle", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None, metavar="PEM",
+        help="CA bundle for a TLS-intercepting proxy (default: SSL_CERT_FILE or REQUESTS_CA_BUNDLE when set, else "
+             "the system bundle).")
+
+
+def interpreter_option(what: str, *, on_host: bool = True, default: str | None = None) -> Callable[[F], F]:
+    """--interpreter PY: the Python interpreter of the environment a command works with (one meaning: the
+    environment's own python). `on_host`: a path on this machine that must exist; otherwise a name or path inside a
+    container. The function receives `interpreter`."""
+    kind: Any = click.Path(path_type=Path, exists=True, dir_okay=False) if on_host else str
+    return click.option("--interpreter", type=kind, default=default, show_default=default is not None, metavar="PY",
+                        help=f"The Python interpreter {what}.")
+
+
+def parallel_option(what: str, default: int | None = None, note: str = "") -> Callable[[F], F]:
+    """--parallel N: how many `what` ("rows run") at once (never compile jobs: that is --jobs). The function
+    receives `parallel`."""
+    return click.option("--parallel", type=click.IntRange(1, 64), default=default, show_default=default is not None,
+                        metavar="N", help=f"{what[0].upper()}{what[1:]} at once{'; ' + note if note else ''}.")
+
+
+def gpu_option(param: str = "gpu") -> Callable[[F], F]:
+    """--gpu NAME: a GPU model from matrices/gpus.toml; the function receives it as `param`."""
+    return click.option("--gpu", param, metavar="NAME", default=None,
+                        help="GPU model from matrices/gpus.toml, e.g. H100 (its sm and memory; default for a host: "
+                             "the detected one).")
+
+
+def row_options(func: F) -> F:
+    """--nemo / --release / --mbridge: the three ways to name one matrix row."""
+    func = click.option("--mbridge", default=None, metavar="VERSION",
+                        help="Megatron-Bridge version of a row, e.g. 0.4.0.")(func)
+    func = click.option("--release", default=None, metavar="YY.MM",
+                        help="NeMo Framework release (container tag) of a row, e.g. 26.04 or 25.11.")(func)
+    func = click.option("--nemo", default=None, metavar="TAG",
+                        help="NeMo release tag of a row, e.g. v2.3.0 (or a test profile).")(func)
+    return func
+
+
+def chosen_row(nemo: str | None, release: str | None, mbridge: str | None) -> tuple[str, str]:
+    """(key, option) of the one row option given."""
+    given = [(v, o) for v, o in ((nemo, "nemo"), (release, "release"), (mbridge, "mbridge")) if v]
+    if len(given) != 1:
+        raise InvalidOptionError("name one matrix row: --nemo TAG, --release YY.MM or --mbridge VERSION"
+                                 + (f" (got {', '.join('--' + o for _, o in given)})" if given else ""),
+                                 "e.g. --release 26.04 or --nemo v2.3.0 (envbuilder matrix list)")
+    return given[0]
 
 
 def host_options(*, detect: bool = False, count: bool = False) -> Callable[[F], F]:
@@ -76,8 +132,7 @@ def host_options(*, detect: bool = False, count: bool = False) -> Callable[[F], 
             f = click.option("--no-detect", is_flag=True, help="Do not read the local host through NVML.")(f)
         f = click.option("--sm", metavar="X.Y", default=None,
                          help="Target compute capability, e.g. 9.0 (instead of --gpu).")(f)
-        f = click.option("--gpu", metavar="NAME", default=None,
-                         help="Target GPU model from matrices/gpus.toml, e.g. H100 (default: detected host).")(f)
+        f = gpu_option()(f)
         f = click.option("--driver", metavar="VERSION", default=None,
                          help="Target NVIDIA driver, e.g. 570.86.15 (default: detected host).")(f)
         return f

@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from envbuilder.choices import GRAD_DTYPES
-from envbuilder.cli.options import choice, json_option
+from envbuilder.cli.options import choice, gpu_option, json_option
 from envbuilder.console import emit_json, stderr_console, styled
 from envbuilder.errors import ParallelLayoutError
 from envbuilder.host.gpus import require_gpu
@@ -70,7 +70,7 @@ def _print_human(report: ParallelReport, recipe_source: str | None) -> None:
 @click.option("--gated-linear-unit/--no-gated-linear-unit", default=None, help="SwiGLU MLP (memory estimate).")
 @click.option("--share-embeddings/--no-share-embeddings", default=None,
               help="Tied input/output embeddings (memory estimate).")
-@click.option("--gpu", "gpu_name", metavar="NAME", help="GPU model from matrices/gpus.toml (sm and memory).")
+@gpu_option("gpu_name")
 @click.option("--gpu-memory-gib", type=float, help="GPU memory in GiB (overrides --gpu's).")
 @click.option("--grad-dtype", type=choice(GRAD_DTYPES), default=GRAD_DTYPES[0], show_default=True,
               help="Gradient buffer dtype (NeMo recipes reduce gradients in fp32).")

@@ -7,7 +7,16 @@ from pathlib import Path
 import click
 
 from envbuilder.archlist import ArchList
-from envbuilder.cli.options import arch_list_option, git_mirror_option, json_option, lock_dir_input, timings_option
+from envbuilder.cli.options import (
+    arch_list_option,
+    ca_bundle_option,
+    git_mirror_option,
+    interpreter_option,
+    json_option,
+    lock_dir_input,
+    parallel_option,
+    timings_option,
+)
 from envbuilder.console import emit_json, stderr_console, styled
 from envbuilder.kernels import WheelsOptions, run_wheels
 from envbuilder.matrix import load_matrix
@@ -16,16 +25,15 @@ from envbuilder.matrix import load_matrix
 @click.command()
 @lock_dir_input(positional=True, required=True, exists=True)
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="Wheelhouse directory to write.")
-@arch_list_option("to compile the wheels for")
+@arch_list_option()
 @click.option("--jobs", type=click.IntRange(min=1), default=None,
               help="Parallel compile jobs (MAX_JOBS; default from cores and free RAM per package).")
-@click.option("--parallel", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Packages compiled at once; without --jobs each gets its share of the default MAX_JOBS. "
-                   "Shortens the whole when one package's compile is a single long nvcc.")
+@parallel_option("packages compiled", default=1,
+                 note="without --jobs each gets its share of the default MAX_JOBS (shortens the whole when one "
+                      "package's compile is a single long nvcc)")
 @click.option("--torch-from", type=click.Choice(["venv", "host"]), default="venv", show_default=True,
               help="venv: a venv synced from the lock's stage 1; host: an existing interpreter with torch.")
-@click.option("--interpreter", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
-              help="With --torch-from host: the Python that has torch.")
+@interpreter_option("that has torch, with --torch-from host (the wheels are compiled against its torch)")
 @click.option("--package", "packages", multiple=True, help="Build only this stage-2 package (repeatable).")
 @click.option("--cuda-home", type=click.Path(path_type=Path, exists=True, file_okay=False), default=None,
               help="CUDA toolkit root (nvcc, cuobjdump); default CUDA_HOME / PATH.")
@@ -33,8 +41,7 @@ from envbuilder.matrix import load_matrix
               help="Cache root (default ENVBUILDER_CACHE_DIR or ~/.cache/envbuilder).")
 @click.option("--sdists", "sdist_dir", type=click.Path(path_type=Path, exists=True, file_okay=False), default=None,
               help="Directory holding the locked sdists (e.g. a bundle's files/), for hosts without an index.")
-@click.option("--ca-bundle", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
-              help="CA bundle for a TLS-intercepting proxy.")
+@ca_bundle_option()
 @git_mirror_option
 @json_option("Print the per-package report as JSON on stdout (compile time and peak RSS with --timings).")
 @timings_option

@@ -24,7 +24,7 @@ from envbuilder.matrix.model import Matrix
 from envbuilder.resolve.request import ResolveRequest
 
 # bound on rows locked at once: enough to overlap index round-trips, few enough for 2 cores
-DEFAULT_JOBS = max(2, min(4, (os.cpu_count() or 2) * 2))
+DEFAULT_PARALLEL = max(2, min(4, (os.cpu_count() or 2) * 2))
 
 
 @dataclass
@@ -49,7 +49,7 @@ class RowOutcome:
 @dataclass
 class BatchResult:
     output: Path
-    jobs: int
+    parallel: int
     wall_seconds: float
     rows: list[RowOutcome] = field(default_factory=list)
 
@@ -63,7 +63,7 @@ class BatchResult:
         return sum(r.seconds for r in self.rows)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"output": str(self.output), "jobs": self.jobs, "wall_seconds": round(self.wall_seconds, 3),
+        return {"output": str(self.output), "parallel": self.parallel, "wall_seconds": round(self.wall_seconds, 3),
                 "sum_row_seconds": round(self.sum_seconds, 3), "failed": [r.row for r in self.failed],
                 "rows": [r.to_dict() for r in self.rows]}
 
@@ -73,11 +73,11 @@ BatchProgress = Callable[[str, int, int, RowOutcome | None], None]
 
 
 def lock_all(matrix: Matrix, request: Callable[[str], ResolveRequest], output: Path, base: LockOptions,
-             jobs: int = DEFAULT_JOBS, tags: list[str] | None = None,
+             parallel: int = DEFAULT_PARALLEL, tags: list[str] | None = None,
              progress: BatchProgress = lambda *_: None) -> BatchResult:
     """Lock `tags` (default: every non-test row) into output/<tag>; never raises for one row's failure."""
     rows = list(tags if tags is not None else matrix.names())
-    jobs = max(1, min(jobs, len(rows) or 1))
+    parallel = max(1, min(parallel, len(rows) or 1))
     output = Path(output)
     if output.exists() and not output.is_dir():
         raise OutputPathError(f"-o {output} is a file; lock --all writes one directory per row into it",
@@ -102,7 +102,7 @@ def lock_all(matrix: Matrix, request: Callable[[str], ResolveRequest], output: P
 
     started = time.monotonic()
     outcomes: dict[str, RowOutcome] = {}
-    pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="lock-row")
+    pool = ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="lock-row")
     try:
         futures = {pool.submit(one, tag): tag for tag in rows}
         for fut in as_completed(futures):
@@ -119,5 +119,5 @@ def lock_all(matrix: Matrix, request: Callable[[str], ResolveRequest], output: P
         pool.shutdown(wait=True, cancel_futures=True)
         raise
     pool.shutdown(wait=True)
-    return BatchResult(output=output, jobs=jobs, wall_seconds=time.monotonic() - started,
+    return BatchResult(output=output, parallel=parallel, wall_seconds=time.monotonic() - started,
                        rows=[outcomes[t] for t in rows])

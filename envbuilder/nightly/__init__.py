@@ -6,5 +6,5 @@ and a laptop runs them all through `make nightly`.
 
     plan      -> rows from the matrix (what `matrix list` lists) + the runner labels for their level
     steps     -> one row's commands: lock --check, build, sbom, export sqsh/sif, certify, verify-cert
-    pipeline  -> rows in parallel up to --jobs, resumable, then `report` with the regression gate
+    pipeline  -> rows in parallel up to --parallel, resumable, then `report` with the regression gate
 """

@@ -1,4 +1,4 @@
-"""Run the nightly pipeline: rows in parallel (up to --jobs), resumable, then the dashboard.
+"""Run the nightly pipeline: rows in parallel (up to --parallel), resumable, then the dashboard.
 
 A row is skipped when its certificate still verifies against its lock and its image (and its SBOM
 and exported files are there): a re-run after a crash or a cancelled job redoes only what is
@@ -171,7 +171,7 @@ def run_row(cfg: RowConfig, progress: Progress, resume: bool = True, children: _
 class NightlyOptions:
     rows: list[str]
     template: RowConfig  # everything but the row
-    jobs: int = 2
+    parallel: int = 2
     resume: bool = True
     report: bool = True
     site: Path | None = None  # default OUT/site
@@ -199,7 +199,7 @@ def report_args(opts: NightlyOptions) -> list[str]:
 def run_nightly(opts: NightlyOptions, progress: Progress = lambda _m: None) -> NightlyResult:
     children = _Children()
     cfgs = [replace(opts.template, row=r, row_flag=opts.row_flags.get(r, "--nemo")) for r in opts.rows]
-    pool = ThreadPoolExecutor(max_workers=max(1, opts.jobs), thread_name_prefix="nightly-row")
+    pool = ThreadPoolExecutor(max_workers=max(1, opts.parallel), thread_name_prefix="nightly-row")
     try:
         futures = [pool.submit(run_row, c, progress, opts.resume, children) for c in cfgs]
         rows = [f.result() for f in futures]

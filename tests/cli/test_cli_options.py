@@ -121,3 +121,49 @@ def test_lock_directory_readers_take_dash_dash_lock(path: str, cmd: click.Comman
                   .upper()]
     if positional:
         assert any(isinstance(p, click.Option) and "--lock" in p.opts for p in cmd.params), path
+
+
+#: options several commands share: declared once, in envbuilder/cli/options.py
+SHARED = ("--arch-list", "--ca-bundle", "--interpreter", "--parallel", "--nemo", "--release", "--mbridge", "--json",
+          "--timings", "--lock", "--driver", "--gpu", "--sm")
+
+
+def test_shared_options_are_declared_once() -> None:
+    """No command module spells a shared option itself: one declaration, one help text, one meaning."""
+    import re
+
+    # `matrix derive --nemo/--mbridge` name the upstream release a new row is derived from (no row exists yet)
+    exempt = {("matrix_cmd.py", "--nemo"), ("matrix_cmd.py", "--mbridge")}
+    bad = []
+    for mod in sorted((REPO / "envbuilder" / "cli").glob("*.py")):
+        if mod.name == "options.py":
+            continue
+        text = mod.read_text(encoding="utf-8")
+        bad += [f"{mod.name}: {opt}" for opt in SHARED if (mod.name, opt) not in exempt
+                and re.search(rf"""click\.option\(\s*["']{opt}["']""", text)]
+    assert not bad, f"declare these in envbuilder/cli/options.py: {bad}"
+
+
+def test_one_meaning_per_option_name() -> None:
+    """--jobs is compile jobs (MAX_JOBS) wherever it appears; rows or packages at once are --parallel. The same name
+    has the same help text in every command."""
+    helps: dict[str, set[str]] = {}
+    for path, cmd in _leaf_commands():
+        if path == "matrix derive":  # names upstream releases, not rows (see the test above)
+            continue
+        for p in cmd.params:
+            if isinstance(p, click.Option) and not p.hidden:
+                for name in p.opts:
+                    if name.startswith("--"):
+                        helps.setdefault(name, set()).add(p.help or "")
+                if "--jobs" in p.opts:
+                    assert "MAX_JOBS" in (p.help or ""), f"{path} --jobs: {p.help}"
+                if "--parallel" in p.opts:
+                    assert "at once" in (p.help or ""), f"{path} --parallel: {p.help}"
+    for name in ("--ca-bundle", "--sm", "--driver", "--gpu", "--nemo", "--release", "--mbridge", "--arch-list"):
+        assert len(helps.get(name, set())) == 1, f"{name} has several help texts: {helps.get(name)}"
+
+
+def test_the_old_rows_at_once_jobs_still_works_with_a_warning(tmp_path: Path) -> None:
+    out = _run("nightly", "run", "--rows", "nonesuch", "--jobs", "2", "-o", str(tmp_path / "n"))
+    assert "--jobs is deprecated" in out.stderr and "--parallel" in out.stderr

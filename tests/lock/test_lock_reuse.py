@@ -241,7 +241,7 @@ def test_lock_all_locks_every_row_and_reports_the_failed_one(tmp_path: Path) -> 
     # the CLI: exit 110, per-row results in the error's JSON, and --check of the written rows passes
     env = {**os.environ, "ENVBUILDER_MATRICES": str(mdir)}
     cli = subprocess.run([sys.executable, "-m", "envbuilder", "lock", "--all", "--no-detect", "-o",
-                          str(tmp_path / "locks"), "--jobs", "3", "--json"],
+                          str(tmp_path / "locks"), "--parallel", "3", "--json"],
                          capture_output=True, text=True, cwd=REPO, env=env, check=False)
     assert cli.returncode == 110, cli.stderr
     err = json.loads(cli.stdout)

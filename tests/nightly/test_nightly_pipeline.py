@@ -54,7 +54,7 @@ def test_local_nightly_path_on_cpu_with_the_smoke_row(smoke_lockdir: Path, smoke
     keys = json.loads(_envbuilder("keygen", "-o", str(tmp_path / "keys"), "--json").stdout)
 
     lock_args = ["--lock-arg=--find-links", f"--lock-arg={WHEELS}"] if any(WHEELS.glob("torch-*.whl")) else []
-    common = ["--rows", "smoke", "--level", "1", "--cpu", "--steps", "10", "--jobs", "2", "-o", str(out),
+    common = ["--rows", "smoke", "--level", "1", "--cpu", "--steps", "10", "--parallel", "2", "-o", str(out),
               "--locks", str(locks), "--tag", "envbuilder-test/{row}:{lock12}", "--base", debian_base_image,
               "--build-arg=--no-scan", "--export-arg=--compression", "--export-arg=none",
               "--sign", keys["private"], "--key", keys["public"], *lock_args,
