@@ -404,3 +404,12 @@ def commit_files(staging: Path, target: Path, put: Iterable[str], remove: Iterab
         os.unlink(staging / COMMIT_NAME)
     except OSError as exc:
         raise os_error(exc, target, flag="-o") from exc
+
+
+def link_or_copy(src: Path, dst: Path) -> None:
+    """dst as a hard link to src (no copy of a GB wheel), or a copy across filesystems; parents made."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)

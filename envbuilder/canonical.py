@@ -29,6 +29,12 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def major_minor(version: str) -> str:
+    """'12.8' from '12.8.1', '2.11' from '2.11.0+cu130' (the local tag dropped); a version without a minor as is."""
+    parts = str(version).split("+", 1)[0].split(".")
+    return ".".join(parts[:2]) if len(parts) >= 2 else str(version)
+
+
 def version_tuple(version: str) -> tuple[int, ...]:
     """Numeric key of a dotted version, for drivers and CUDA ('570.86.15', '12.8', '535-server').
 

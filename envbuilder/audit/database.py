@@ -24,7 +24,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,8 +36,7 @@ from envbuilder import __version__
 from envbuilder.audit.osv import ECOSYSTEM, Advisory, RecordError, parse_advisory
 from envbuilder.errors import AuditDatabaseError, NetworkError, os_error
 from envbuilder.jsonread import loads_json, read_bytes, too_large
-
-Progress = Callable[[str], None]
+from envbuilder.progress import Progress
 
 OSV_URL = "https://api.osv.dev"
 OSV_EXPORT_URL = "https://osv-vulnerabilities.storage.googleapis.com/PyPI/all.zip"

@@ -8,7 +8,6 @@ not a PyPI release.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,8 +17,8 @@ from envbuilder.audit.report import AuditReport, Finding, finding_sort_key
 from envbuilder.audit.severity import Threshold
 from envbuilder.lock.lockdir import open_lockdir
 from envbuilder.lock.uvlock import read_uv_lock
+from envbuilder.progress import Progress
 
-Progress = Callable[[str], None]
 #: sources that are the project being locked, not a release of a package index
 LOCAL_SOURCES = ("virtual", "editable", "directory", "path")
 #: which id a group of aliasing advisories is shown under: GitHub's (it carries a severity), then PyPA's

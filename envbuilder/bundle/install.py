@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,8 +40,8 @@ from envbuilder.lock.installset import export_requirements
 from envbuilder.lock.lockdir import open_lockdir
 from envbuilder.lock.record import LockRecord
 from envbuilder.lock.uvrun import uv_binary, uv_env
+from envbuilder.progress import Progress
 
-Progress = Callable[[str], None]
 INSTALL_RECORD = "envbuilder-install.json"
 SDISTS_DIR = "envbuilder-sdists"
 # every route to a network: install must never need one, and a test proves it by blocking them

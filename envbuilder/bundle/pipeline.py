@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,17 +22,16 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from envbuilder.atomic import guard_output_dir, promote_dir, staging_dir, write_atomic
+from envbuilder.atomic import guard_output_dir, link_or_copy, promote_dir, staging_dir, write_atomic
 from envbuilder.bundle.manifest import MANIFEST, SCHEMA, SUMS, sums_text
 from envbuilder.bundle.parts import PARTS_INDEX, write_parts
 from envbuilder.bundle.plan import LOCK_FILES, PlannedFile, plan_files
 from envbuilder.bundle.prebuild import Prebuilt, prebuild
 from envbuilder.kernels import WHEELHOUSE_RECORD, gitsource, read_wheelhouse
-from envbuilder.kernels.files import cache_root, fetch, link_or_copy, verify
+from envbuilder.kernels.files import cache_root, fetch, verify
 from envbuilder.lock.lockdir import open_lockdir
 from envbuilder.lock.record import sha256_file
-
-Progress = Callable[[str], None]
+from envbuilder.progress import Progress
 
 
 @dataclass

@@ -13,7 +13,6 @@ backend on the target); otherwise the sdist travels and the bundle says so.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,8 +23,7 @@ from envbuilder.atomic import run_tempdir
 from envbuilder.lock.interpreter import interpreter_for
 from envbuilder.lock.record import sha256_file
 from envbuilder.lock.uvrun import uv_binary, uv_env
-
-Progress = Callable[[str], None]
+from envbuilder.progress import Progress
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -30,8 +30,8 @@ from envbuilder.errors import (
     InvalidOptionError,
 )
 from envbuilder.paths import matrices_dir
+from envbuilder.progress import Progress
 
-Progress = Callable[[str], None]
 SBOM_NAME = "sbom.cdx.json"
 
 

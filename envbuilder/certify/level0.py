@@ -7,15 +7,12 @@ import os
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import PurePosixPath
 from typing import Any
 
+from envbuilder.canonical import major_minor
 from envbuilder.certify.expect import Expectations, normalize
 from envbuilder.certify.result import FAIL, NOT_INSTALLED, PASS, SKIPPED, CheckResult, TimedChecks, advise, tail
 
-# Top-level names shipped by wheels that are not meant to be imported on their own.
-_NOT_MODULES = {"tests", "test", "testing", "benchmarks", "benchmark", "docs", "examples", "scripts",
-                "tools", "bin", "include", "share", "etc", "lib", "lib64"}
 _IMPORT_TIMEOUT_S = 300
 
 
@@ -63,74 +60,22 @@ def check_drift(exp: Expectations) -> CheckResult:
     return CheckResult("drift", 0, PASS, measured, thr)
 
 
-def _dist_top_modules(dist: md.Distribution) -> list[str]:
-    """Importable top-level module names of one installed distribution."""
-    tl = dist.read_text("top_level.txt")
-    names: set[str] = set()
-    files = [PurePosixPath(str(f)) for f in (dist.files or [])]
-    if tl:
-        names = {ln.strip().replace("/", ".") for ln in tl.splitlines() if ln.strip()}
-        if files:
-            # top_level.txt may name an extension the package loads from elsewhere
-            # (transformer_engine_torch lives in transformer_engine/wheel_lib/): keep what is importable
-            provided = {f.parts[0].split(".", 1)[0] for f in files if f.parts}
-            names = {n for n in names if n.split(".")[0] in provided}
-    else:
-        for f in files:
-            parts = f.parts
-            if not parts or parts[0].endswith((".dist-info", ".data")) or parts[0] in ("..", "__pycache__"):
-                continue
-            if len(parts) == 1:
-                if f.suffix == ".py":
-                    names.add(f.stem)
-                elif f.suffix == ".so":
-                    names.add(f.name.split(".", 1)[0])
-            else:
-                names.add(parts[0])
-    out: list[str] = []
-    pkg_inits = {f.parts[0] for f in files if len(f.parts) == 2 and f.name == "__init__.py"}
-    for name in sorted(names):
-        if not name.isidentifier() or name.startswith("_") or name in _NOT_MODULES:
-            continue
-        top_is_dir = any(len(f.parts) > 1 and f.parts[0] == name for f in files)
-        if top_is_dir and files and name not in pkg_inits:
-            # namespace package (megatron/, nvidia/): import its regular sub-packages instead
-            subs = sorted({f.parts[1] for f in files if len(f.parts) == 3 and f.parts[0] == name
-                           and f.name == "__init__.py" and f.parts[1].isidentifier()
-                           and not f.parts[1].startswith("_") and f.parts[1] not in _NOT_MODULES})
-            out.extend(f"{name}.{s}" for s in subs)
-        else:
-            out.append(name)
-    return out
+def _import_check() -> Any:
+    """The image build's import check (a stdlib-only tool): which modules a distribution provides, how to import
+    each, which failures only need a GPU. One module for the build and for certify."""
+    from envbuilder.image.tools import import_check
+
+    return import_check
 
 
 def modules_to_import(exp: Expectations) -> list[str]:
+    ic = _import_check()
     mods: set[str] = set()
     for dist in md.distributions():
         name = dist.metadata["Name"]
         if name and normalize(name) in exp.packages:
-            mods.update(_dist_top_modules(dist))
+            mods.update(ic.top_level_modules(dist))
     return sorted(m for m in mods if m not in set(exp.skip_imports))
-
-
-def extension_modules() -> set[str]:
-    """Top-level modules that are bare shared objects (selective_scan_cuda, causal_conv1d_cuda...).
-
-    A torch extension links libc10/libtorch without an RPATH to them: it imports only after
-    torch has loaded them, as its package does. Imported alone it fails with "libc10.so: cannot
-    open shared object file", which says nothing about the environment.
-    """
-    out: set[str] = set()
-    for dist in md.distributions():
-        for f in dist.files or []:
-            parts = PurePosixPath(str(f)).parts
-            if len(parts) == 1 and ".so" in parts[0]:
-                out.add(parts[0].split(".", 1)[0])
-    return out
-
-
-def _statement(module: str, extensions: set[str]) -> str:
-    return f"import torch; import {module}" if module in extensions else f"import {module}"
 
 
 def _try_import(statement: str) -> tuple[str, int, str]:
@@ -147,16 +92,6 @@ def _last_line(err: str) -> str:
     return lines[-1][:300] if lines else "(no output)"
 
 
-def _gpu_at_import() -> tuple[dict[str, str], Any]:
-    """The image build's list of modules that need the driver to import (shared, stdlib-only module)."""
-    try:
-        from envbuilder.image.tools.import_check import _GPU_ERROR, GPU_AT_IMPORT
-
-        return GPU_AT_IMPORT, _GPU_ERROR
-    except Exception:  # certify copied without envbuilder/image: treat every failure as real
-        return {}, None
-
-
 def check_imports(exp: Expectations, jobs: int | None = None, gpu_visible: bool = True) -> list[CheckResult]:
     """Import each locked top-level module in a fresh interpreter.
 
@@ -167,8 +102,9 @@ def check_imports(exp: Expectations, jobs: int | None = None, gpu_visible: bool 
     thr = "each top-level module imports in a fresh interpreter"
     if not exp.packages:
         return [CheckResult("imports", 0, SKIPPED, threshold=thr, detail="no lock given (--lock / --expect)")]
-    extensions = extension_modules()
-    by_mod = {m: _statement(m, extensions) for m in modules_to_import(exp)}
+    ic = _import_check()
+    extensions = ic.extension_modules()
+    by_mod = {m: ic.statement(m, extensions) for m in modules_to_import(exp)}
     statements = list(by_mod.values())
     extra: list[tuple[str, str]] = []
     if exp.nemo_locked:
@@ -181,11 +117,8 @@ def check_imports(exp: Expectations, jobs: int | None = None, gpu_visible: bool 
     failed = {m: _last_line(by_stmt[s][1]) for m, s in by_mod.items() if by_stmt[s][0] != 0}
     needs_gpu: dict[str, str] = {}
     if not gpu_visible:
-        gpu_mods, gpu_err = _gpu_at_import()
         for mod in list(failed):
-            err = by_stmt[by_mod[mod]][1]
-            if mod.split(".")[0] in gpu_mods and gpu_err is not None and gpu_err.search(err) \
-                    and "undefined symbol" not in err:
+            if ic.needs_gpu(mod, by_stmt[by_mod[mod]][1]):
                 needs_gpu[mod] = failed.pop(mod)
     checks = [CheckResult(
         "imports", 0, FAIL if failed else PASS,
@@ -227,8 +160,7 @@ def check_torch_build(exp: Expectations) -> CheckResult:
             problems.append(f"torch built for CUDA {torch.version.cuda}, lock wants the CPU build")
     elif t.cuda:
         want["cuda"] = t.cuda
-        got = ".".join((torch.version.cuda or "none").split(".")[:2])
-        if got != ".".join(t.cuda.split(".")[:2]):
+        if major_minor(torch.version.cuda or "none") != major_minor(t.cuda):
             problems.append(f"torch built for CUDA {torch.version.cuda}, lock wants {t.cuda}")
     if t.cxx11_abi is not None:
         want["cxx11_abi"] = t.cxx11_abi

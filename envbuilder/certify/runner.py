@@ -21,6 +21,7 @@ from envbuilder.canonical import sha256_file
 from envbuilder.certify.certificate import Artifact
 from envbuilder.choices import CERTIFY_TARGETS
 from envbuilder.errors import CertifyEnvironmentError, ImageNotFoundError, ToolMissingError
+from envbuilder.host.engine import engine_client
 from envbuilder.lock.record import LABEL_LOCK_SHA256, RECORD_NAME
 
 PKG_MOUNT = "/opt/envbuilder-certify"
@@ -53,13 +54,10 @@ def package_root() -> Path:
 
 def image_info(tag: str) -> tuple[str, dict[str, str]]:
     """(image id 'sha256:...', labels) from the local Docker engine."""
+    client = engine_client()
+    from docker.errors import DockerException, ImageNotFound
+
     try:
-        import docker
-        from docker.errors import DockerException, ImageNotFound
-    except ImportError as exc:
-        raise ToolMissingError("the docker Python SDK is not installed", "pip install docker") from exc
-    try:
-        client = docker.from_env()
         img = client.images.get(tag)
     except ImageNotFound as exc:
         raise ImageNotFoundError(f"image {tag} is not in the local Docker engine",
@@ -74,10 +72,7 @@ def copy_lock_from_image(tag: str, dest: Path) -> Path:
     import io
     import tarfile
 
-    import docker
-
-    client = docker.from_env()
-    container = client.containers.create(tag, command=["true"])
+    container = engine_client().containers.create(tag, command=["true"])
     try:
         stream, _ = container.get_archive("/opt/envbuilder/lock")
         buf = io.BytesIO(b"".join(stream))

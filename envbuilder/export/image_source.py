@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envbuilder.errors import DiskFullError, DockerUnavailableError, ImageNotFoundError
+from envbuilder.errors import DiskFullError, ImageNotFoundError
+from envbuilder.host.engine import engine_client
 
 SAVE_TIMEOUT_S = 3600
 
@@ -62,19 +63,9 @@ class ImageInfo:
 
 
 def docker_client() -> Any:
-    try:
-        import docker
-
-        # `docker save` of a multi-GB image can stall for minutes before its first byte while the
-        # engine assembles layer tars: the SDK's 60 s read timeout would abort a healthy export.
-        client = docker.from_env(timeout=SAVE_TIMEOUT_S)
-        client.ping()
-        return client
-    except Exception as exc:
-        raise DockerUnavailableError(
-            f"no Docker engine answers ({type(exc).__name__}: {exc})",
-            "start the engine (scripts/setup-host.sh starts dockerd) or set DOCKER_HOST",
-        ) from exc
+    # `docker save` of a multi-GB image can stall for minutes before its first byte while the
+    # engine assembles layer tars: the SDK's 60 s read timeout would abort a healthy export.
+    return engine_client(SAVE_TIMEOUT_S)
 
 
 @dataclass

@@ -12,6 +12,8 @@ import subprocess
 from pathlib import Path
 
 from envbuilder import procs, uvbin
+from envbuilder.errors import DockerUnavailableError
+from envbuilder.host.engine import engine_client
 from envbuilder.host.model import ToolStatus
 
 PROBE_TIMEOUT_S = 5.0
@@ -19,18 +21,15 @@ _GIB = 1024**3
 
 
 def probe_docker(timeout_s: float = 3.0) -> ToolStatus:
-    """A Docker daemon answering a ping through the docker SDK (imported lazily: optional)."""
-    try:
-        import docker
-    except ImportError:
-        return ToolStatus(False, "docker SDK not installed (pip install docker)")
+    """A Docker daemon answering a ping through the one engine client (host.engine)."""
     client = None
     try:
-        client = docker.from_env(timeout=int(max(1, timeout_s)))
-        client.ping()
+        client = engine_client(timeout_s)
         version = client.version().get("Version", "unknown")
         return ToolStatus(True, f"daemon {version}")
-    except Exception as exc:  # DockerException, ConnectionError, permission denied on the socket
+    except DockerUnavailableError as exc:
+        return ToolStatus(False, exc.cause)
+    except Exception as exc:  # the daemon answered the ping, then not the version request
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return ToolStatus(False, f"daemon not reachable: {reason}")
     finally:

@@ -18,6 +18,7 @@ from typing import Any
 
 from envbuilder import procs
 from envbuilder.errors import BaseImageMissingError, DockerUnavailableError
+from envbuilder.host.engine import engine_client
 
 # The first `docker` on PATH may be a newer client without buildx (as here: 28.x in
 # /usr/local/bin), whose legacy builder has no --secret; the engine's own CLI has BuildKit.
@@ -25,21 +26,8 @@ CLI_CANDIDATES = ("/usr/bin/docker",)
 
 
 def client() -> Any:
-    """A connected SDK client, or DockerUnavailableError."""
-    try:
-        import docker
-        from docker.errors import DockerException
-    except ImportError as exc:  # pragma: no cover - a dependency
-        raise DockerUnavailableError("the docker Python SDK is not installed", "pip install docker") from exc
-    try:
-        c = docker.from_env(timeout=600)
-        c.ping()
-    except DockerException as exc:
-        host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-        raise DockerUnavailableError(
-            f"no Docker daemon answers at {host} ({type(exc).__name__})",
-            "start it (scripts/setup-host.sh starts dockerd) or set DOCKER_HOST") from exc
-    return c
+    """A connected SDK client, or DockerUnavailableError (host.engine: the one client)."""
+    return engine_client()
 
 
 def buildkit_cli() -> str:

@@ -14,6 +14,7 @@ from typing import Any
 from envbuilder import __version__, procs
 from envbuilder.archlist import ArchList
 from envbuilder.atomic import run_tempdir, write_atomic
+from envbuilder.canonical import major_minor
 from envbuilder.choices import BUILD_TARGETS, DEFAULT_BUILD_TARGET, LockMode
 from envbuilder.errors import BuildFailedError, InvalidOptionError, NoCudaSourcesError, SecretLeakError
 from envbuilder.image import engine, layerscan, registry
@@ -65,16 +66,11 @@ def default_tag(lock: LockDir, target: str) -> str:
     return f"envbuilder/{lock.row.lower()}:{lock.lock_sha256[:12]}{suffix}"
 
 
-def _minor(version: str) -> str:
-    parts = str(version).split(".")
-    return ".".join(parts[:2]) if len(parts) >= 2 else str(version)
-
-
 def target_python(lock: LockDir) -> str:
     py = str(lock.target.python or "")
     if not py or py in ("unknown", "none"):
         raise InvalidOptionError("the lock record names no target Python", "pass --python X.Y")
-    return _minor(py)
+    return major_minor(py)
 
 
 def probe_python(c: Any, image: str) -> str | None:
@@ -286,7 +282,7 @@ def build_image(opts: BuildOptions, progress: BuildProgress = _no_progress) -> B
     if (w := bases.warning()) is not None:
         warnings.append(w)
 
-    want_py = _minor(opts.python) if opts.python else target_python(lock)
+    want_py = major_minor(opts.python) if opts.python else target_python(lock)
     if opts.python and want_py != target_python(lock):
         warnings.append(f"--python {want_py} differs from the lock's target Python {target_python(lock)}; "
                         "uv.lock is universal so it installs, but the image is not the locked target")

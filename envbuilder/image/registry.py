@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,8 +27,8 @@ from envbuilder.errors import (
 )
 from envbuilder.image import engine
 from envbuilder.image.reference import ImageReference
+from envbuilder.progress import Progress
 
-Progress = Callable[[str], None]
 _AUTH = re.compile(r"unauthorized|authentication required|no basic auth credentials|denied|401", re.I)
 _TLS = re.compile(r"x509|certificate|tls:", re.I)
 _DIGEST_LINE = re.compile(r"\bdigest: (sha256:[0-9a-f]{64})\b")

@@ -8,21 +8,14 @@ RSS of the largest process of the build (one nvcc, typically), which is what siz
 from __future__ import annotations
 
 import os
-import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
 from envbuilder import procs
 from envbuilder.errors import KernelBuildError
-
-Progress = Callable[[str], None]
+from envbuilder.progress import Progress
+from envbuilder.toml_cache import tomllib
 
 _RUNNER = r"""
 import importlib, os, sys

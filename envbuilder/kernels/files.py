@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import shutil
 import ssl
 import tempfile
 import urllib.error
@@ -94,11 +93,3 @@ def verify(path: Path, sha256: str, what: str) -> None:
     if digest != sha256:
         raise HashMismatchError(f"{what}: sha256 {digest[:16]}… is not the recorded {sha256[:16]}…",
                                 "the file was changed or damaged: fetch it again")
-
-
-def link_or_copy(src: Path, dst: Path) -> None:
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)

@@ -21,7 +21,7 @@ import subprocess
 import tempfile
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,8 +30,8 @@ from envbuilder.atomic import write_atomic
 from envbuilder.errors import GitSourceMismatchError, GitSourceUnavailableError
 from envbuilder.kernels import gittree
 from envbuilder.lock.record import GitSource, sha256_file
+from envbuilder.progress import Progress
 
-Progress = Callable[[str], None]
 MIRRORS_ENV = "ENVBUILDER_GIT_MIRRORS"
 CACHE_DIR = "git-sources"
 

@@ -16,21 +16,20 @@ import tarfile
 import tempfile
 import time
 import zipfile
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from envbuilder import procs
-from envbuilder.atomic import guard_output_dir, promote_dir, staging_dir, write_atomic
+from envbuilder.atomic import guard_output_dir, link_or_copy, promote_dir, staging_dir, write_atomic
 from envbuilder.errors import ArchMismatchError, InvalidOptionError, LockDirError
 from envbuilder.kernels import cache as wcache
 from envbuilder.kernels import gitsource
 from envbuilder.kernels.archs import ArchList, ObjectArchs, check_archs, find_cuobjdump, object_archs
 from envbuilder.kernels.build import run_build
 from envbuilder.kernels.cache import BuildKey
-from envbuilder.kernels.files import cache_root, fetch, link_or_copy
+from envbuilder.kernels.files import cache_root, fetch
 from envbuilder.kernels.packages import ArchKnobs, arch_knobs, default_jobs
 from envbuilder.kernels.patch import GencodePatch, patch_sdist_tree
 from envbuilder.kernels.toolkit import Toolkit, toolkit_for
@@ -50,8 +49,8 @@ from envbuilder.lock.sdist import read_sdist
 from envbuilder.lock.uvlock import LockedPackage, by_name, read_uv_lock
 from envbuilder.matrix.archs import check_arch_list
 from envbuilder.matrix.model import Matrix
+from envbuilder.progress import Progress
 
-Progress = Callable[[str], None]
 #: wheels that keep their upstream version (no +cu130torch2.11... tag): a sibling package checks it exactly
 #: (NVIDIA/TransformerEngine:transformer_engine/common/__init__.py@v2.14, load_framework_extension)
 EXACT_VERSION_PACKAGES = frozenset({"transformer-engine-torch"})

@@ -22,18 +22,18 @@ import shutil
 import subprocess
 import tarfile
 import zipfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from envbuilder import procs
 from envbuilder.atomic import write_atomic
+from envbuilder.canonical import major_minor
 from envbuilder.errors import CudaToolkitError
 from envbuilder.kernels.files import fetch
 from envbuilder.lock.uvlock import LockedFile
 from envbuilder.matrix.model import CudaToolkit, Matrix
+from envbuilder.progress import Progress
 
-Progress = Callable[[str], None]
 MARKER = "envbuilder-toolkit.json"
 
 # nvcc.profile of a standard toolkit layout, relative to the profile's own directory (_HERE_ is bin/)
@@ -106,7 +106,7 @@ def choose_toolkit(matrix: Matrix, torch_cuda: str) -> CudaToolkit:
     major = int(torch_cuda.split(".", 1)[0])
     same_major = [t for t in matrix.cuda_toolkits if t.major == major]
     for t in same_major:
-        if t.cuda == ".".join(torch_cuda.split(".")[:2]):
+        if t.cuda == major_minor(torch_cuda):
             return t
     if same_major:
         return same_major[0]

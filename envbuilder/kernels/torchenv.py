@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable
 from pathlib import Path
 
 from envbuilder import procs
@@ -20,8 +19,7 @@ from envbuilder.errors import BuildTorchError, HostTorchMismatchError, UvError
 from envbuilder.host.torchprobe import HostTorch, RecordedTorch, probe_torch
 from envbuilder.lock.record import RECORD_NAME, LockRecord
 from envbuilder.lock.uvrun import uv_binary, uv_env
-
-Progress = Callable[[str], None]
+from envbuilder.progress import Progress
 
 # the build interpreter's facts are the host probe's (one reader of "what torch is this")
 TorchFacts = HostTorch

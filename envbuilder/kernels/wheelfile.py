@@ -18,6 +18,8 @@ from pathlib import Path
 
 from packaging.utils import parse_wheel_filename
 
+from envbuilder.canonical import major_minor
+
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 
 
@@ -28,9 +30,7 @@ def _record_hash(data: bytes) -> str:
 def local_tag(cuda: str | None, torch_version: str, cxx11abi: bool, arch_tag: str) -> str:
     """'cu130torch2.11cxx11abiTRUEsm90' (cuda None: 'cpu'; arch_tag '' for a build without CUDA code)."""
     cu = "cu" + cuda.replace(".", "") if cuda else "cpu"
-    public = torch_version.split("+", 1)[0]
-    major_minor = ".".join(public.split(".")[:2])
-    return f"{cu}torch{major_minor}cxx11abi{str(bool(cxx11abi)).upper()}{arch_tag}"
+    return f"{cu}torch{major_minor(torch_version)}cxx11abi{str(bool(cxx11abi)).upper()}{arch_tag}"
 
 
 def add_local_version(wheel: Path, local: str, out_dir: Path) -> Path:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,11 +22,7 @@ from envbuilder.errors import LockDirError, UvError
 from envbuilder.lock.record import RECORD_NAME
 from envbuilder.lock.uvlock import marker_env
 from envbuilder.lock.uvrun import uv_binary, uv_env
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from envbuilder.toml_cache import tomllib
 
 LOCK_FILES = ("pyproject.toml", "uv.lock", RECORD_NAME)
 #: the optional dependency group that holds stage 2 (render/pyproject.py writes it)

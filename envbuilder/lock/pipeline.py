@@ -9,10 +9,7 @@ whatever else the user keeps there (the `.venv` of `uv sync`, notes) survives a 
 from __future__ import annotations
 
 import contextlib
-import os
-import shutil
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,7 +17,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
-from envbuilder.atomic import claim_output_dir, commit_files, owned_names, staging_dir, write_atomic
+from envbuilder.atomic import claim_output_dir, commit_files, link_or_copy, owned_names, staging_dir, write_atomic
 from envbuilder.errors import EnvbuilderError, LockOutOfDateError, NetworkError, PlatformWheelError, UvError, os_error
 from envbuilder.lock.fidelity import Fidelity, compare, our_versions
 from envbuilder.lock.interpreter import interpreter_for, own_interpreter, uv_lacked_interpreter
@@ -32,12 +29,12 @@ from envbuilder.lock.uvlock import LockedPackage, read_uv_lock, stage1_closure, 
 from envbuilder.lock.uvrun import uv_version
 from envbuilder.lock.validate import check_ca_bundle, check_find_links, check_glibc, check_target_arch
 from envbuilder.matrix.model import Matrix
+from envbuilder.progress import Progress
 from envbuilder.render.pyproject import render_pyproject
 from envbuilder.resolve.prebuilt import BUILD_COST
 from envbuilder.resolve.request import ResolveRequest
 from envbuilder.resolve.resolver import PYTHON_CANDIDATES, Resolution, resolve
 
-Progress = Callable[[str], None]
 MAX_FIX_ROUNDS = 3
 
 
@@ -124,14 +121,6 @@ def tomllib_name(pyproject: Path) -> str:
 
     m = re.search(r'^name = "([^"]+)"', pyproject.read_text(), re.M)
     return m.group(1) if m else ""
-
-
-def _link_or_copy(src: Path, dst: Path) -> None:
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
 
 
 def _same_contents(a: Path, b: Path, names: list[str]) -> bool:
@@ -288,7 +277,7 @@ def _lock_into(matrix: Matrix, req: ResolveRequest, opts: LockOptions, res: Reso
         local_rel: dict[str, str] = {}
         for name, whl in sorted(local.items()):
             rel = f"wheels/{whl.name}"
-            _link_or_copy(whl, staging / rel)
+            link_or_copy(whl, staging / rel)
             local_rel[name] = rel
             progress(f"{name}: using local wheel {whl.name}")
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from envbuilder import __version__
 from envbuilder.archlist import ArchList
-from envbuilder.canonical import dumps, sha256_file
+from envbuilder.canonical import dumps, major_minor, sha256_file
 from envbuilder.choices import ROW_OPTIONS, LockMode
 from envbuilder.errors import LockDirError, LockSchemaError, MalformedFileError
 from envbuilder.host.torchprobe import RecordedTorch
@@ -75,7 +75,7 @@ class LockTarget:
     @property
     def python_minor(self) -> str:
         """'3.12' from '3.12' or '3.12.4'."""
-        return ".".join(str(self.python).split(".")[:2])
+        return major_minor(self.python)
 
 
 _FIX = "re-run envbuilder lock"

@@ -11,7 +11,6 @@ import dataclasses
 import functools
 import hashlib
 import json
-import sys
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,12 +21,7 @@ from packaging.markers import InvalidMarker, Marker
 from envbuilder.atomic import write_atomic
 from envbuilder.errors import MalformedFileError
 from envbuilder.paths import cache_dir
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
+from envbuilder.toml_cache import tomllib
 
 Edge = tuple[str, tuple[str, ...], str, str]  # (name, extras, version or "", marker or "")
 

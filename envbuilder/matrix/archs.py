@@ -8,19 +8,15 @@ the row's CUDA cannot target, and lock, build and wheels check an `--arch-list` 
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 from envbuilder.archlist import ArchList
+from envbuilder.canonical import major_minor
 from envbuilder.errors import MatrixFileError, UnsupportedArchError
 from envbuilder.paths import matrices_dir
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from envbuilder.toml_cache import tomllib
 
 ARCHS_FILE = "cuda_archs.toml"
 
@@ -43,16 +39,12 @@ class ArchTable:
 
     def supported(self, cuda: str) -> tuple[str, ...] | None:
         """The sms nvcc of CUDA `cuda` (major.minor) compiles for; None when the table has no such release."""
-        got = self.by_cuda.get(_minor(cuda))
+        got = self.by_cuda.get(major_minor(cuda))
         return got[0] if got else None
 
     def source(self, cuda: str) -> str:
-        got = self.by_cuda.get(_minor(cuda))
+        got = self.by_cuda.get(major_minor(cuda))
         return got[1] if got else ""
-
-
-def _minor(version: str) -> str:
-    return ".".join(str(version).split(".")[:2])
 
 
 def _sm_list(raw: object, path: Path, where: str) -> tuple[str, ...]:
@@ -108,7 +100,7 @@ def cuda_lacks_sm(cuda: str, sm: str, table: ArchTable | None = None) -> str | N
     archs = table.supported(cuda)
     if archs is None or sm in archs:
         return None
-    return (f"CUDA {_minor(cuda)}'s nvcc cannot compile for sm_{sm.replace('.', '')} "
+    return (f"CUDA {major_minor(cuda)}'s nvcc cannot compile for sm_{sm.replace('.', '')} "
             f"(it targets {archs[0]}..{archs[-1]}; source: {table.source(cuda).split(' ')[0]})")
 
 

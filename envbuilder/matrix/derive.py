@@ -23,6 +23,7 @@ from typing import Any
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from envbuilder.canonical import major_minor
 from envbuilder.errors import ReleaseArtifactError
 from envbuilder.matrix.model import (
     CONTAINER_PREFIX,
@@ -435,7 +436,7 @@ def _torch(ctx: _Ctx, facts: dict[str, Fact]) -> None:
     cudnn = next((m for r in reqs if (m := re.match(r"nvidia-cudnn-cu\d+\s*==\s*([\d.]+)", r))), None)
     if toolkit:
         full = toolkit.group(1)
-        mm = ".".join(full.split(".")[:2])
+        mm = major_minor(full)
         src = f"{wheel}: Requires-Dist {toolkit.group(0)})"
         facts["cuda"] = Fact(mm, src, DERIVED)
         facts["cuda_toolkit"] = Fact(full, src, DERIVED)

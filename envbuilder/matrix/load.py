@@ -7,7 +7,6 @@ naming the file, the line and the field, so a bad edit never reaches a resolver.
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -49,11 +48,7 @@ from envbuilder.matrix.model import (
 from envbuilder.matrix.prebuilt import TORCH_KEYS, PrebuiltWheels
 from envbuilder.matrix.upstream_lock import UpstreamLock, load_extract
 from envbuilder.paths import matrices_dir
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from envbuilder.toml_cache import tomllib
 
 SCHEMA_VERSION = 1
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from packaging.version import Version
 
+from envbuilder.canonical import major_minor
 from envbuilder.matrix.model import Fact
 
 YES, NO, UNKNOWN = "yes", "no", "unknown"
@@ -33,7 +34,7 @@ class PrebuiltWheels:
     torch_key: str = TORCH_KEYS[0]
 
     def _torch(self, torch: str) -> str:
-        return torch if self.torch_key == "local" else _major_minor(torch)
+        return torch if self.torch_key == "local" else major_minor(torch)
 
     def has(self, python: str, torch: str, cuda_major: str, cxx11_abi: bool) -> bool:
         """torch: the torch version, or for torch_key "local" the whole torch.__version__."""
@@ -63,10 +64,6 @@ class PrebuiltVerdict:
     def to_dict(self) -> dict[str, object]:
         return {"package": self.package, "version": self.version, "prebuilt_wheel": self.answer,
                 "wheel": self.wheel, "source": self.source, "versions_with_wheel": list(self.versions_with_wheel)}
-
-
-def _major_minor(version: str) -> str:
-    return ".".join(version.split(".")[:2])
 
 
 def prebuilt_verdict(table: dict[tuple[str, str], PrebuiltWheels], package: str, version: str, python: str,

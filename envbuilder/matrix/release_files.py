@@ -18,7 +18,6 @@ from __future__ import annotations
 import ast
 import json
 import re
-import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -29,11 +28,7 @@ from packaging.version import InvalidVersion, Version
 
 from envbuilder.errors import MatrixFileError, ReleaseArtifactError
 from envbuilder.matrix.upstream_lock import PYPI, UpstreamPin, read_uv_lock, select_pins
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from envbuilder.toml_cache import tomllib
 
 MBRIDGE_REPO = "NVIDIA-NeMo/Megatron-Bridge"
 MEGATRON_LM_REPO = "NVIDIA/Megatron-LM"

@@ -23,7 +23,7 @@ import tempfile
 import urllib.error
 import urllib.request
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,8 +36,8 @@ from envbuilder.errors import NetworkError, ReleaseSourceError
 from envbuilder.matrix.derive import DerivedRow, PypiFacts, TeRelease, derive_row
 from envbuilder.matrix.refresh import PYPI_JSON, first_uploads
 from envbuilder.matrix.release_files import MBRIDGE_REPO, MEGATRON_LM_REPO, SUBMODULE, read_release
+from envbuilder.progress import Progress
 
-Progress = Callable[[str], None]
 GIT_TIMEOUT_S = 600
 SIMPLE_JSON = "https://pypi.org/simple/{name}/"
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip")

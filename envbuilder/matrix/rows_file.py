@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -23,11 +22,7 @@ from envbuilder.atomic import write_atomic
 from envbuilder.errors import MatrixFileError
 from envbuilder.matrix.derive import DerivedRow
 from envbuilder.matrix.model import CURATED, DERIVED, DroppedPackage, Fact, Note, OverrideDependency, PackageCutoff
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from envbuilder.toml_cache import tomllib
 
 ROWS_FILE = "mbridge.toml"
 HEADER = """\

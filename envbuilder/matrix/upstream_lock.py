@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,11 +23,7 @@ from packaging.version import InvalidVersion, Version
 
 from envbuilder import toml_cache
 from envbuilder.errors import MatrixFileError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from envbuilder.toml_cache import tomllib
 
 EXTRACT_SCHEMA = 1
 PYPI_SIMPLE = "https://pypi.org/simple"

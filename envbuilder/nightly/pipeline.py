@@ -13,7 +13,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -22,8 +21,7 @@ from typing import Any
 from envbuilder import procs
 from envbuilder.atomic import write_atomic
 from envbuilder.nightly.steps import RowConfig, build_is_current, command
-
-Progress = Callable[[str], None]
+from envbuilder.progress import Progress
 
 
 @dataclass

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from envbuilder.console import dumps
 from envbuilder.errors import EnvbuilderError, ReportInputError
 from envbuilder.lock.lockdir import open_lockdir
 from envbuilder.lock.record import RECORD_NAME
+from envbuilder.progress import Progress
 from envbuilder.report.collect import DASHBOARD_MARKER, CertEntry, collect
 from envbuilder.report.gate import DEFAULT_THRESHOLD_PCT, find_regressions
 from envbuilder.report.history import History
@@ -29,7 +29,6 @@ MARKER = DASHBOARD_MARKER
 BESIDE_CERT = ("certificate.json", "certificate.dsse.json", "sbom.cdx.json", "report.md")
 LOCK_FILES = ("pyproject.toml", "uv.lock", RECORD_NAME)
 
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from datetime import datetime
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from envbuilder.canonical import version_tuple
+from envbuilder.canonical import major_minor, version_tuple
 from envbuilder.choices import ROW_OPTIONS, SOURCES, TORCH_INDEXES, LockMode
 from envbuilder.errors import InvalidOptionError, ResolveConflictError, UnknownPackageError, UnknownTagError
 from envbuilder.host.torchprobe import HostTorch, in_row_range
@@ -252,7 +252,7 @@ def _choose_cuda(matrix: Matrix, req: ResolveRequest, row: Release, torch_versio
     cuda, cuda_prov = row_cuda, _prov(row, "cuda")
     if req.mode.on_container and row.container_cuda.known:
         # the container's own toolkit builds stage 2 and sets the driver floor
-        row_cuda = ".".join(str(row.container_cuda.value).split(".")[:2])
+        row_cuda = major_minor(str(row.container_cuda.value))
         cuda, cuda_prov = row_cuda, _prov(row, "container_cuda")
     if req.cuda:
         if req.mode.on_container:

@@ -165,8 +165,9 @@ def test_sif_and_sqsh_targets_report_missing_files_and_tools(tmp_path: Path) -> 
 def test_extension_modules_import_after_torch_and_unprovided_top_level_names_are_skipped(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # a bare top-level extension (selective_scan_cuda...) gets `import torch` first; a top_level.txt
-    # name that no file provides (transformer_engine_torch, loaded from transformer_engine/) is not imported
-    from envbuilder.certify import level0
+    # name that no file provides (transformer_engine_torch, loaded from transformer_engine/) is not imported;
+    # the image build's import check and certify find and import modules with the same functions
+    from envbuilder.image.tools import import_check
 
     site = tmp_path / "site"
     (site / "extpkg").mkdir(parents=True)
@@ -181,6 +182,7 @@ def test_extension_modules_import_after_torch_and_unprovided_top_level_names_are
     monkeypatch.syspath_prepend(str(site))
     exp = Expectations(packages={"extdist": "1.0"})
     assert modules_to_import(exp) == ["ext_cuda", "extpkg"]
-    assert "ext_cuda" in level0.extension_modules()
-    assert level0._statement("ext_cuda", {"ext_cuda"}) == "import torch; import ext_cuda"
-    assert level0._statement("extpkg", {"ext_cuda"}) == "import extpkg"
+    assert "ext_cuda" in import_check.extension_modules()
+    assert import_check.statement("ext_cuda", {"ext_cuda"}) == "import torch; import ext_cuda"
+    assert import_check.statement("extpkg", {"ext_cuda"}) == "import extpkg"
+    assert {"ext_cuda": "extdist", "extpkg": "extdist"}.items() <= import_check.all_modules().items()

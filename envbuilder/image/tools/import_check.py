@@ -1,6 +1,8 @@
 """Import every top-level module of every installed distribution, each in its own subprocess.
 
-Runs inside the image at the end of the build (and by `envbuilder certify` level 0). A
+The one import check: runs inside the image at the end of the build, and `envbuilder certify` level 0
+imports the locked distributions' modules with the same functions (which modules, which statement,
+which failures only need a GPU). A
 subprocess per module keeps one module's side effects (CUDA init, monkey-patching) from
 hiding or causing another's failure. Exit status 1 when any module outside GPU_AT_IMPORT
 fails; the report is JSON on stdout when --json is given, else one line per module.
@@ -16,6 +18,7 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata
+from pathlib import PurePosixPath
 from typing import Any
 
 # Modules that cannot import on a machine without an NVIDIA driver (image builds have none):
@@ -42,31 +45,52 @@ GPU_AT_IMPORT: dict[str, str] = {
 
 # A listed module's failure counts as "needs a GPU" only when the error says so; an ABI
 # mismatch (undefined symbol) is a real failure even for these modules.
-_GPU_ERROR = re.compile(r"libcuda|cuda|driver|nvml|no CUDA GPUs", re.IGNORECASE)
+GPU_ERROR = re.compile(r"libcuda|cuda|driver|nvml|no CUDA GPUs", re.IGNORECASE)
 
-# Directory names some distributions wrongly ship at top level; they are not API.
-_NOT_MODULES = {"test", "tests", "testing", "docs", "doc", "examples", "benchmarks", "scripts", "bin"}
+# Top-level names wheels ship that are not meant to be imported on their own.
+NOT_MODULES = {"tests", "test", "testing", "benchmarks", "benchmark", "docs", "doc", "examples", "scripts",
+               "tools", "bin", "include", "share", "etc", "lib", "lib64"}
 
 
-def top_level_modules(dist: metadata.Distribution) -> set[str]:
-    text = dist.read_text("top_level.txt")
-    if text:
-        names = {line.strip() for line in text.splitlines()}
+def top_level_modules(dist: metadata.Distribution) -> list[str]:
+    """Importable top-level module names of one installed distribution (a namespace package such as megatron/
+    or nvidia/ counts by its regular sub-packages)."""
+    tl = dist.read_text("top_level.txt")
+    names: set[str] = set()
+    files = [PurePosixPath(str(f)) for f in (dist.files or [])]
+    if tl:
+        names = {ln.strip().replace("/", ".") for ln in tl.splitlines() if ln.strip()}
+        if files:
+            # top_level.txt may name an extension the package loads from elsewhere
+            # (transformer_engine_torch lives in transformer_engine/wheel_lib/): keep what is importable
+            provided = {f.parts[0].split(".", 1)[0] for f in files if f.parts}
+            names = {n for n in names if n.split(".")[0] in provided}
     else:
-        names = set()
-        for f in dist.files or ():
+        for f in files:
             parts = f.parts
             if not parts or parts[0].endswith((".dist-info", ".data")) or parts[0] in ("..", "__pycache__"):
                 continue
             if len(parts) == 1:
-                if parts[0].endswith(".py"):
-                    names.add(parts[0][:-3])
-                elif parts[0].endswith(".so"):
-                    names.add(parts[0].split(".", 1)[0])
+                if f.suffix == ".py":
+                    names.add(f.stem)
+                elif f.suffix == ".so":
+                    names.add(f.name.split(".", 1)[0])
             else:
                 names.add(parts[0])
-    return {n.replace("/", ".") for n in names
-            if n and n.isidentifier() and not n.startswith("__") and n not in _NOT_MODULES}
+    out: list[str] = []
+    pkg_inits = {f.parts[0] for f in files if len(f.parts) == 2 and f.name == "__init__.py"}
+    for name in sorted(names):
+        if not name.isidentifier() or name.startswith("_") or name in NOT_MODULES:
+            continue
+        top_is_dir = any(len(f.parts) > 1 and f.parts[0] == name for f in files)
+        if top_is_dir and files and name not in pkg_inits:
+            subs = sorted({f.parts[1] for f in files if len(f.parts) == 3 and f.parts[0] == name
+                           and f.name == "__init__.py" and f.parts[1].isidentifier()
+                           and not f.parts[1].startswith("_") and f.parts[1] not in NOT_MODULES})
+            out.extend(f"{name}.{s}" for s in subs)
+        else:
+            out.append(name)
+    return out
 
 
 def all_modules() -> dict[str, str]:
@@ -74,15 +98,40 @@ def all_modules() -> dict[str, str]:
     out: dict[str, str] = {}
     dists = sorted(metadata.distributions(), key=lambda d: (d.metadata["Name"] or "").lower())
     for dist in dists:
-        for mod in sorted(top_level_modules(dist)):
+        for mod in top_level_modules(dist):
             out.setdefault(mod, dist.metadata["Name"] or "?")
     return out
 
 
-def import_one(module: str, timeout: int) -> tuple[bool, str]:
+def extension_modules() -> set[str]:
+    """Top-level modules that are bare shared objects (selective_scan_cuda, causal_conv1d_cuda...).
+
+    A torch extension links libc10/libtorch without an RPATH to them: it imports only after torch has
+    loaded them, as its package does. Imported alone it fails with "libc10.so: cannot open shared object
+    file", which says nothing about the environment.
+    """
+    out: set[str] = set()
+    for dist in metadata.distributions():
+        for f in dist.files or []:
+            parts = PurePosixPath(str(f)).parts
+            if len(parts) == 1 and ".so" in parts[0]:
+                out.add(parts[0].split(".", 1)[0])
+    return out
+
+
+def statement(module: str, extensions: set[str]) -> str:
+    """The statement that imports `module` in a fresh interpreter (a bare extension after torch)."""
+    return f"import torch; import {module}" if module in extensions else f"import {module}"
+
+
+def needs_gpu(module: str, error: str) -> bool:
+    """A failure that only says the driver is missing (never an ABI error: undefined symbol)."""
+    return module.split(".")[0] in GPU_AT_IMPORT and bool(GPU_ERROR.search(error)) and "undefined symbol" not in error
+
+
+def import_one(stmt: str, timeout: int) -> tuple[bool, str]:
     try:
-        proc = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True,
-                              text=True, timeout=timeout)
+        proc = subprocess.run([sys.executable, "-c", stmt], capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return False, f"import took longer than {timeout}s"
     if proc.returncode == 0:
@@ -93,15 +142,16 @@ def import_one(module: str, timeout: int) -> tuple[bool, str]:
 
 def run(jobs: int, timeout: int) -> dict[str, Any]:
     modules = all_modules()
+    extensions = extension_modules()
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {m: pool.submit(import_one, m, timeout) for m in modules}
+        futures = {m: pool.submit(import_one, statement(m, extensions), timeout) for m in modules}
         results = {m: f.result() for m, f in futures.items()}
     report: dict[str, dict[str, str]] = {}
     for mod in sorted(modules):
         ok, err = results[mod]
         if ok:
             status = "ok"
-        elif mod in GPU_AT_IMPORT and _GPU_ERROR.search(err) and "undefined symbol" not in err:
+        elif needs_gpu(mod, err):
             status = "needs-gpu"
         else:
             status = "failed"
@@ -109,7 +159,7 @@ def run(jobs: int, timeout: int) -> dict[str, Any]:
         if err:
             entry["error"] = err
         if status == "needs-gpu":
-            entry["reason"] = GPU_AT_IMPORT[mod]
+            entry["reason"] = GPU_AT_IMPORT[mod.split(".")[0]]
         report[mod] = entry
     failed = sorted(m for m, e in report.items() if e["status"] == "failed")
     return {"python": sys.version.split()[0], "modules": report, "failed": failed, "ok": not failed}
