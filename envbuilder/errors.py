@@ -138,13 +138,6 @@ class LockDirError(EnvbuilderError):
 # --- 20-29: host detection, check-parallel ----------------------------------------
 
 
-class HostDetectionError(EnvbuilderError):
-    """The host could not be read (used only when detection was explicitly demanded)."""
-
-    exit_code = 20
-    kind = "host-detection"
-
-
 class ParallelLayoutError(EnvbuilderError):
     """check-parallel: the layout breaks at least one rule and cannot run."""
 

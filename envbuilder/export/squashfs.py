@@ -289,11 +289,5 @@ def raise_if_enospc(exc: OSError, where: Path) -> None:
         ) from exc
 
 
-def read_superblock(path: Path, offset: int = 0) -> Superblock | None:
-    with open(path, "rb") as fh:
-        fh.seek(offset)
-        return parse_superblock(fh.read(SUPERBLOCK.size))
-
-
 def file_size(path: Path) -> int:
     return os.stat(path).st_size
