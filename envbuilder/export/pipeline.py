@@ -52,6 +52,7 @@ from envbuilder.image import registry
 from envbuilder.image.reference import is_registry_reference
 from envbuilder.lock import record as lock_record
 from envbuilder.lock.lockdir import open_lockdir
+from envbuilder.progress import Progress, no_progress
 
 
 @dataclass
@@ -201,8 +202,80 @@ def _root_attrs(tree: MergedTree) -> tuple[int, int, int]:
     return root.info.mode & 0o7777, root.info.uid, root.info.gid
 
 
-def export_image(opts: ExportOptions, progress: Callable[[str], None] = lambda _m: None) -> ExportResult:
-    fmt = get_format(opts.fmt)
+def export_image(opts: ExportOptions, progress: Progress = no_progress) -> ExportResult:
+    """Plan (every option and the image checked, the cache key known before a layer is read), produce the
+    artifact (from the export cache, else built), file it in the cache, write its side files."""
+    plan = plan_export(opts, progress)
+    started = time.monotonic()
+    made = produce(plan, progress)
+    key = file_in_cache(plan, made, progress)
+    written, kept = write_sidecars(plan.output, plan.opts, made.deffile or made.render_deffile(plan.opts.image)) \
+        if plan.opts.snippets else ([], [])
+    return ExportResult(
+        path=plan.output, format=plan.opts.fmt, size=plan.output.stat().st_size, sha256=made.sha256,
+        seconds=time.monotonic() - started, image=plan.opts.image, image_id=made.info.image_id,
+        image_size=plan.image_size, source_date_epoch=made.epoch, lock_sha256=made.lock_sha, row=made.row,
+        squash_options=plan.squash_args, stats=made.stats, sidecars=written, sidecars_kept=kept,
+        cache="off" if plan.cache is None else ("hit" if made.from_cache else "miss"), cache_key=key,
+        layers_from="cache" if made.from_cache else ("storage" if plan.dirs else "docker-save"),
+        processors=plan.processors, feed=made.feed, registry_image=plan.opts.launch.registry_image,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ExportPlan:
+    """An export decided before any layer is read: the checked options, the image, how its layers will be read,
+    and everything the artifact's bytes depend on (so the cache key)."""
+
+    opts: ExportOptions
+    fmt: ArtifactFormat
+    output: Path
+    squash_args: list[str]
+    processors: int
+    image: Any                  # the engine's image (inspected)
+    image_size: int
+    dirs: list[Path] | None     # the engine's layer directories, or None: docker save
+    feed: str                   # mount | tar: what the build will try
+    info: image_source.ImageInfo
+    epoch: int
+    lock_sha: str
+    row: str
+    cache: ExportCache | None
+    mksquashfs: str
+
+    def cache_key(self, feed: str) -> str:
+        if self.cache is None:
+            return ""
+        return export_key(image_id=self.info.image_id, fmt=self.opts.fmt, squash_args=self.squash_args,
+                          source_date_epoch=self.epoch, lock_sha256=self.lock_sha, row=self.row,
+                          image_ref=self.opts.image, mksquashfs=mksquashfs_version(self.mksquashfs), feed=feed)
+
+    @property
+    def work_parent(self) -> Path:
+        return Path(self.opts.workdir) if self.opts.workdir else self.output.parent
+
+
+@dataclass
+class Produced:
+    """The artifact now at plan.output, and what the report says about it."""
+
+    sha256: str
+    stats: dict[str, int]
+    feed: str
+    info: image_source.ImageInfo
+    epoch: int
+    lock_sha: str
+    row: str
+    labels: dict[str, str]
+    deffile: str = ""           # rendered for a SIF's build; for a sqsh only when the side files need it
+    from_cache: bool = False
+
+    def render_deffile(self, image: str) -> str:
+        return _deffile(image, self.labels, self.info, self.row, self.lock_sha)
+
+
+def _check_options(opts: ExportOptions) -> Path:
+    """The absolute output path; every option checked before the engine is asked anything."""
     if not opts.image.strip():
         raise InvalidOptionError("IMAGE is empty", "pass an image reference, e.g. envbuilder/v2.3.0:TAG")
     if str(opts.output) in ("", "."):
@@ -218,77 +291,67 @@ def export_image(opts: ExportOptions, progress: Callable[[str], None] = lambda _
     if opts.snippets:  # a name the snippets would write into shell: refused before any work
         render.check_launch_names(output, opts.launch)
     check_output(output)
+    return output
+
+
+def plan_export(opts: ExportOptions, progress: Progress) -> ExportPlan:
+    fmt = get_format(opts.fmt)
+    output = _check_options(opts)
     squash_args = squash_arguments(opts)
     mksquashfs = squashfs.mksquashfs_path()  # ToolMissingError before any work
-    processors = opts.processors or squashfs.default_processors()
-
     lookup = opts.image
     if is_registry_reference(opts.image):  # pulled now, named by the digest the engine verified
         pulled = registry.pull_by_digest(opts.image, progress)
         lookup = pulled.by_digest
         opts = dataclasses.replace(opts, launch=dataclasses.replace(opts.launch, registry_image=pulled.by_digest))
     image = image_source.find_image(lookup)
-    image_size = int(image.attrs.get("Size") or 0)
     dirs = storage.storage_layer_dirs(image) if opts.layers != "save" else None
     if opts.layers == "storage" and dirs is None:
         raise LayerStorageUnreadableError(
             "the engine's layer directories cannot be read from here (not overlay2, a remote engine, "
             "or no permission)", "use --layers save (docker save), or run as a user who can read them")
-    feed = _intended_feed(opts.feed, dirs)
-
-    started = time.monotonic()
-    # everything the artifact's bytes depend on is known before any layer is read: the cache key
     info = storage.info_from_inspect(image, opts.image)
     epoch, lock_sha, row = provenance(info, opts.lock_dir)
-    cache = ExportCache(opts.cache_dir) if opts.cache else None
+    return ExportPlan(opts, fmt, output, squash_args, opts.processors or squashfs.default_processors(), image,
+                      int(image.attrs.get("Size") or 0), dirs, _intended_feed(opts.feed, dirs), info, epoch,
+                      lock_sha, row, ExportCache(opts.cache_dir) if opts.cache else None, mksquashfs)
 
-    def key_for(feed: str) -> str:
-        return export_key(image_id=info.image_id, fmt=opts.fmt, squash_args=squash_args, source_date_epoch=epoch,
-                          lock_sha256=lock_sha, row=row, image_ref=opts.image,
-                          mksquashfs=mksquashfs_version(mksquashfs), feed=feed) if cache else ""
 
-    key = key_for(feed)
-    work_parent = Path(opts.workdir) if opts.workdir else output.parent
-    # leftovers of an export that was killed (SIGKILL runs no cleanup); a live one holds its flocks
-    for stale in (*atomic.remove_abandoned(output.parent, f".{output.name}.", ".tmp"),
-                  *atomic.remove_abandoned(work_parent, f".{output.name}.work.")):
-        progress(f"removed {stale.name}, left by an earlier export that was killed")
-    tmp_fd, tmp_name = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent)
-    os.close(tmp_fd)
-    tmp = Path(tmp_name)
-    hit_tmp = tmp.with_name(tmp.name.removesuffix(".tmp") + ".hit.tmp")
-    work = Path(tempfile.mkdtemp(prefix=f".{output.name}.work.", dir=work_parent))
-    done = False
-    cached: dict[str, Any] | None = None
-    stats: dict[str, int] = {}
-    built_sha = ""
-    deffile = ""  # rendered before the build for a SIF, else for the side files only
+@dataclass(frozen=True)
+class _Staging:
+    """The hidden files an export writes beside its output: the artifact being built, a cache hit being copied,
+    and a work directory (held with flocks, so a later export knows a live one from a killed one)."""
+
+    tmp: Path
+    hit_tmp: Path
+    work: Path
+
+    @classmethod
+    def create(cls, plan: ExportPlan, progress: Progress) -> _Staging:
+        output = plan.output
+        # leftovers of an export that was killed (SIGKILL runs no cleanup); a live one holds its flocks
+        for stale in (*atomic.remove_abandoned(output.parent, f".{output.name}.", ".tmp"),
+                      *atomic.remove_abandoned(plan.work_parent, f".{output.name}.work.")):
+            progress(f"removed {stale.name}, left by an earlier export that was killed")
+        tmp_fd, tmp_name = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent)
+        os.close(tmp_fd)
+        tmp = Path(tmp_name)
+        work = Path(tempfile.mkdtemp(prefix=f".{output.name}.work.", dir=plan.work_parent))
+        return cls(tmp, tmp.with_name(tmp.name.removesuffix(".tmp") + ".hit.tmp"), work)
+
+    def remove(self) -> None:
+        for leftover in (self.tmp, self.hit_tmp):
+            with contextlib.suppress(FileNotFoundError):
+                leftover.unlink()
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
+def produce(plan: ExportPlan, progress: Progress) -> Produced:
+    """The artifact at plan.output, from the export cache or built; interrupted or failed, nothing is left."""
+    staging = _Staging.create(plan, progress)
     try:
-        with _signals_interrupt(), atomic.hold(tmp), atomic.hold(work):
-            if cache is not None:
-                cached = cache.fetch(key, opts.fmt, hit_tmp)
-            if cached is not None:
-                progress(f"cache hit {key[:12]}: {opts.image} was exported with these options before")
-                stats = {k: int(v) for k, v in (cached.get("stats") or {}).items()}
-                feed = str(cached.get("feed") or feed)
-                labels = artifact_labels(info, epoch, lock_sha, row)
-                os.chmod(hit_tmp, 0o644)
-                os.replace(hit_tmp, output)
-            else:
-                with _open_layers(image, dirs, work, opts.image, image_size, progress) as (info, source):
-                    epoch, lock_sha, row = provenance(info, opts.lock_dir)
-                    labels = artifact_labels(info, epoch, lock_sha, row)
-                    # a SIF carries its definition file; a sqsh does not, so for it the file is rendered
-                    # for the side files only, after mksquashfs has started
-                    deffile = _deffile(opts.image, labels, info, row, lock_sha) if opts.fmt == "sif" else ""
-                    stats, feed, built_sha = _build(fmt, tmp, info, source, labels, deffile, epoch, lock_sha,
-                                                    squash_args, processors, progress, work, feed,
-                                                    warm_templates=opts.snippets)
-                os.chmod(tmp, 0o644)
-                with open(tmp, "rb") as fh:
-                    os.fsync(fh.fileno())
-                os.replace(tmp, output)
-            done = True
+        with _signals_interrupt(), atomic.hold(staging.tmp), atomic.hold(staging.work):
+            return _from_cache(plan, staging.hit_tmp, progress) or _build_artifact(plan, staging, progress)
     except _Interrupted as exc:
         raise ExportInterruptedError(
             f"export interrupted by {exc}; the partial file was removed",
@@ -299,36 +362,53 @@ def export_image(opts: ExportOptions, progress: Callable[[str], None] = lambda _
             "export interrupted; the partial file was removed", "run the export again"
         ) from None
     except OSError as exc:
-        squashfs.raise_if_enospc(exc, output.parent)
+        squashfs.raise_if_enospc(exc, plan.output.parent)
         raise
     finally:
-        for leftover in (tmp, hit_tmp):
-            with contextlib.suppress(FileNotFoundError):
-                leftover.unlink()
-        shutil.rmtree(work, ignore_errors=True)
+        staging.remove()
 
-    digest = str(cached["sha256"]) if cached is not None else built_sha
-    size = output.stat().st_size
-    if cache is not None and cached is None and done:
-        key = key_for(feed)  # the tar feed's key when the mount was refused
-        progress(f"filing the artifact in the export cache ({cache.root})")
-        cache.store(key, opts.fmt, output, {
-            "sha256": digest, "size": size, "image_id": info.image_id, "format": opts.fmt,
-            "squash_options": squash_args, "stats": stats, "source_date_epoch": epoch,
-            "lock_sha256": lock_sha, "row": row, "feed": feed})
-    written: list[Path] = []
-    kept: list[Path] = []
-    if opts.snippets:
-        written, kept = write_sidecars(output, opts, deffile or _deffile(opts.image, labels, info, row, lock_sha))
-    return ExportResult(
-        path=output, format=opts.fmt, size=size, sha256=digest,
-        seconds=time.monotonic() - started, image=opts.image, image_id=info.image_id, image_size=image_size,
-        source_date_epoch=epoch, lock_sha256=lock_sha, row=row, squash_options=squash_args, stats=stats,
-        sidecars=written, sidecars_kept=kept,
-        cache="off" if cache is None else ("hit" if cached is not None else "miss"), cache_key=key,
-        layers_from="cache" if cached is not None else ("storage" if dirs else "docker-save"),
-        processors=processors, feed=feed, registry_image=opts.launch.registry_image,
-    )  # fmt: skip
+
+def _from_cache(plan: ExportPlan, hit_tmp: Path, progress: Progress) -> Produced | None:
+    cached = plan.cache.fetch(plan.cache_key(plan.feed), plan.opts.fmt, hit_tmp) if plan.cache is not None else None
+    if cached is None:
+        return None
+    progress(f"cache hit {plan.cache_key(plan.feed)[:12]}: {plan.opts.image} was exported with these options before")
+    os.chmod(hit_tmp, 0o644)
+    os.replace(hit_tmp, plan.output)
+    return Produced(str(cached["sha256"]), {k: int(v) for k, v in (cached.get("stats") or {}).items()},
+                    str(cached.get("feed") or plan.feed), plan.info, plan.epoch, plan.lock_sha, plan.row,
+                    artifact_labels(plan.info, plan.epoch, plan.lock_sha, plan.row), from_cache=True)
+
+
+def _build_artifact(plan: ExportPlan, staging: _Staging, progress: Progress) -> Produced:
+    opts = plan.opts
+    with _open_layers(plan.image, plan.dirs, staging.work, opts.image, plan.image_size, progress) as (info, source):
+        epoch, lock_sha, row = provenance(info, opts.lock_dir)
+        labels = artifact_labels(info, epoch, lock_sha, row)
+        # a SIF carries its definition file; a sqsh does not, so for it the file is rendered for the side files
+        # only, after mksquashfs has started
+        deffile = _deffile(opts.image, labels, info, row, lock_sha) if opts.fmt == "sif" else ""
+        job = BuildJob(plan.fmt, staging.tmp, staging.work, info, source, labels, deffile, epoch, lock_sha,
+                       plan.squash_args, plan.processors, progress, warm_templates=opts.snippets)
+        stats, feed, sha256 = _build(job, plan.feed)
+    os.chmod(staging.tmp, 0o644)
+    with open(staging.tmp, "rb") as fh:
+        os.fsync(fh.fileno())
+    os.replace(staging.tmp, plan.output)
+    return Produced(sha256, stats, feed, info, epoch, lock_sha, row, labels, deffile)
+
+
+def file_in_cache(plan: ExportPlan, made: Produced, progress: Progress) -> str:
+    """The cache key of the artifact; a fresh build is filed under it (the tar feed's key when the mount was
+    refused)."""
+    key = plan.cache_key(made.feed if not made.from_cache else plan.feed)
+    if plan.cache is not None and not made.from_cache:
+        progress(f"filing the artifact in the export cache ({plan.cache.root})")
+        plan.cache.store(key, plan.opts.fmt, plan.output, {
+            "sha256": made.sha256, "size": plan.output.stat().st_size, "image_id": made.info.image_id,
+            "format": plan.opts.fmt, "squash_options": plan.squash_args, "stats": made.stats,
+            "source_date_epoch": made.epoch, "lock_sha256": made.lock_sha, "row": made.row, "feed": made.feed})
+    return key
 
 
 def squash_arguments(opts: ExportOptions) -> list[str]:
@@ -377,80 +457,91 @@ def _intended_feed(requested: str, dirs: list[Path] | None) -> str:
     return "tar"
 
 
-def _build(fmt: ArtifactFormat, tmp: Path, info: image_source.ImageInfo, source: LayerReader,
-           labels: dict[str, str], deffile: str, epoch: int, lock_sha: str, squash_args: list[str],
-           processors: int, progress: Callable[[str], None], work: Path, feed: str, warm_templates: bool = False
-           ) -> tuple[dict[str, int], str, str]:
+@dataclass(frozen=True)
+class BuildJob:
+    """One artifact being built: its format and file, the image's config and layers, and how mksquashfs runs."""
+
+    fmt: ArtifactFormat
+    tmp: Path
+    work: Path
+    info: image_source.ImageInfo
+    source: LayerReader
+    labels: dict[str, str]
+    deffile: str
+    epoch: int
+    lock_sha: str
+    squash_args: list[str]
+    processors: int
+    progress: Progress
+    warm_templates: bool = False
+
+    def embedded(self) -> Any:
+        return self.fmt.embedded(self.deffile, canonical.dumps(self.labels, ascii_only=True).encode())
+
+    def spec(self, tree: MergedTree, offset: int) -> squashfs.SquashSpec:
+        mode, uid, gid = _root_attrs(tree)
+        return squashfs.SquashSpec(mtime=self.epoch, options=self.squash_args, processors=self.processors,
+                                   offset=offset, root_mode=mode, root_uid=uid, root_gid=gid)
+
+
+def _build(job: BuildJob, feed: str) -> tuple[dict[str, int], str, str]:
     """Merge the layers, add the runtime's files, give them to mksquashfs (a mounted directory, else
     a tar stream), complete the format's file (SIF: header and descriptors), then check every path and
     symlink against the merged tree. Returns the report's counts, the feed used and the file's sha256."""
-    emb = fmt.embedded(deffile, canonical.dumps(labels, ascii_only=True).encode())
-    progress(f"mksquashfs {' '.join(squash_args)} on {processors} cores")
+    emb = job.embedded()
+    job.progress(f"mksquashfs {' '.join(job.squash_args)} on {job.processors} cores")
     if feed == "mount":
         try:
-            tree, counts, expected = _build_mounted(fmt, tmp, info, source, labels, deffile, emb.offset, epoch,
-                                                    squash_args, processors, work, warm_templates)
-            sha256 = _finish(fmt, tmp, emb, info, lock_sha, squash_args, epoch, tree, len(source.layers), counts,
-                             expected, progress)
-            return counts, "mount", sha256
+            tree, counts, expected = _build_mounted(job, emb.offset)
+            return counts, "mount", _finish(job, emb, tree, counts, expected)
         except (overlay.Unsupported, squashfs.FeedRefused, OSError) as exc:
             if isinstance(exc, OSError) and exc.errno not in overlay.FALLBACK_ERRNOS:
                 raise
-            progress(f"the layers cannot be mounted here ({str(exc).strip() or type(exc).__name__}): "
-                     "streaming them to mksquashfs as a tar")
+            job.progress(f"the layers cannot be mounted here ({str(exc).strip() or type(exc).__name__}): "
+                         "streaming them to mksquashfs as a tar")
         except ArtifactImageMismatchError as exc:
-            progress(f"warning: the mounted layers differ from the merged image ({exc.cause}): "
-                     "building again from a tar stream")
-    progress(f"merging {len(source.layers)} layers")
-    tree = merge_layers(source)
-    fmt.add_runtime_files(tree, info, labels, deffile)
+            job.progress(f"warning: the mounted layers differ from the merged image ({exc.cause}): "
+                         "building again from a tar stream")
+    job.progress(f"merging {len(job.source.layers)} layers")
+    tree = merge_layers(job.source)
+    job.fmt.add_runtime_files(tree, job.info, job.labels, job.deffile)
     stats: dict[str, int] = {}
 
     def stream(stdin: Any) -> None:
-        stats.update(write_merged_tar(tree, source, stdin, epoch))
+        stats.update(write_merged_tar(tree, job.source, stdin, job.epoch))
 
-    squashfs.build_squashfs(tmp, _spec(tree, epoch, squash_args, processors, emb.offset), stream)
-    sha256 = _finish(fmt, tmp, emb, info, lock_sha, squash_args, epoch, tree, len(source.layers), stats,
-                     verify.tree_from_merged(tree), progress)
-    return stats, "tar", sha256
+    squashfs.build_squashfs(job.tmp, job.spec(tree, emb.offset), stream)
+    return stats, "tar", _finish(job, emb, tree, stats, verify.tree_from_merged(tree))
 
 
-def _spec(tree: MergedTree, epoch: int, squash_args: list[str], processors: int, offset: int) -> squashfs.SquashSpec:
-    mode, uid, gid = _root_attrs(tree)
-    return squashfs.SquashSpec(mtime=epoch, options=squash_args, processors=processors, offset=offset,
-                               root_mode=mode, root_uid=uid, root_gid=gid)
-
-
-def _build_mounted(fmt: ArtifactFormat, tmp: Path, info: image_source.ImageInfo, source: LayerReader,
-                   labels: dict[str, str], deffile: str, offset: int, epoch: int, squash_args: list[str],
-                   processors: int, work: Path, warm_templates: bool = False
-                   ) -> tuple[MergedTree, dict[str, int], verify.FileTree]:
+def _build_mounted(job: BuildJob, offset: int) -> tuple[MergedTree, dict[str, int], verify.FileTree]:
     """mksquashfs of a read-only overlay of the layer directories plus our top layer, built from point
     lookups so mksquashfs starts at once; the full merge (report counts, the paths to verify) runs
     meanwhile. Raises overlay.Unsupported when the result would not be the tar feed's image."""
+    source = job.source
     if not isinstance(source, storage.StorageLayerSource):
         raise overlay.Unsupported("the layers are not directories")
     lazy = overlay.LookupTree(source.dirs)
-    fmt.add_runtime_files(lazy, info, labels, deffile)
-    spec = _spec(lazy, epoch, squash_args, processors, offset)
-    top = work / "top"
+    job.fmt.add_runtime_files(lazy, job.info, job.labels, job.deffile)
+    spec = job.spec(lazy, offset)
+    top = job.work / "top"
     overlay.build_top_layer(lazy, set(), top)
-    prefix = overlay.mount_command(top, source.dirs, work, "mnt")
+    prefix = overlay.mount_command(top, source.dirs, job.work, "mnt")
 
     def merged() -> tuple[MergedTree, dict[str, int], verify.FileTree]:
-        if warm_templates:  # the side files are rendered after the build: load jinja2 while mksquashfs works
+        if job.warm_templates:  # the side files are rendered after the build: load jinja2 while mksquashfs works
             import envbuilder.templating  # noqa: F401
         tree = merge_layers(source)
-        fmt.add_runtime_files(tree, info, labels, deffile)
+        job.fmt.add_runtime_files(tree, job.info, job.labels, job.deffile)
         return tree, merged_stats(tree, source), verify.tree_from_merged(tree)
 
     with ThreadPoolExecutor(1) as pool:  # this thread only waits for mksquashfs (another process)
-        job = pool.submit(merged)
+        pending = pool.submit(merged)
         try:
-            squashfs.build_squashfs_from_dir(tmp, spec, prefix, work, "mnt", overlay.mount_failed)
+            squashfs.build_squashfs_from_dir(job.tmp, spec, prefix, job.work, "mnt", overlay.mount_failed)
         finally:
-            wait([job])
-    tree, stats, expected = job.result()
+            wait([pending])
+    tree, stats, expected = pending.result()
     if source.sockets:  # the tar feed drops them (a tar cannot hold one); the mount kept them
         raise overlay.Unsupported(f"a layer holds a socket ({source.sockets[0]})")
     if _root_attrs(tree) != (spec.root_mode, spec.root_uid, spec.root_gid):
@@ -458,20 +549,18 @@ def _build_mounted(fmt: ArtifactFormat, tmp: Path, info: image_source.ImageInfo,
     return tree, stats, expected
 
 
-def _finish(fmt: ArtifactFormat, tmp: Path, emb: Any, info: image_source.ImageInfo, lock_sha: str,
-            squash_args: list[str], epoch: int, tree: MergedTree, layers: int, stats: dict[str, int],
-            expected: verify.FileTree, progress: Callable[[str], None]) -> str:
+def _finish(job: BuildJob, emb: Any, tree: MergedTree, stats: dict[str, int], expected: verify.FileTree) -> str:
     """Complete the format's file, check every path and symlink in it against the merged tree (adding
     the counts to `stats`); returns the file's sha256."""
     stats["whiteouts"] = tree.whiteouts_applied
     stats["opaque_dirs"] = tree.opaque_dirs_applied
-    stats["layers"] = layers
-    fmt.finish(tmp, emb, info, lock_sha, squash_args, epoch)
-    progress("checking every path and symlink against the image")
+    stats["layers"] = len(job.source.layers)
+    job.fmt.finish(job.tmp, emb, job.info, job.lock_sha, job.squash_args, job.epoch)
+    job.progress("checking every path and symlink against the image")
     with ThreadPoolExecutor(1) as pool:  # the report's sha256 is read while unsquashfs lists the file
-        digest = pool.submit(sha256_file, tmp)
+        digest = pool.submit(sha256_file, job.tmp)
         try:
-            checked = verify.verify_artifact(tmp, expected, emb.offset)
+            checked = verify.verify_artifact(job.tmp, expected, emb.offset)
         finally:
             wait([digest])
     stats["paths_verified"], stats["links_verified"] = checked.paths_checked, checked.links_checked
