@@ -258,30 +258,62 @@ def _git_sources(opts: BuildOptions, lock: LockDir, prebuilt: set[str], progress
 
 
 def build_image(opts: BuildOptions, progress: BuildProgress = _no_progress) -> BuildResult:
-    """Build a lock directory into an image. Reports through `progress`; prints nothing itself."""
+    """Build a lock directory into an image. Reports through `progress`; prints nothing itself.
+
+    plan (every option checked, the bases there, before BuildKit starts) -> build (render, context, BuildKit)
+    -> check the image (import check, secret scan) -> push."""
     t0 = time.monotonic()
+    plan = plan_build(opts, progress)
+    built = run_buildkit(plan, progress)
+    result = check_image(plan, built, progress)
+    if opts.push:  # after the secret scan: an image that leaks a secret is never pushed
+        result.push = _push(plan, built.image_id, progress)
+    result.total_seconds = round(time.monotonic() - t0, 1)
+    progress(BuildEvent("done", f"built {plan.tag}  {built.image_id[:19]}  {result.size_bytes / 1e9:.2f} GB  "
+                                   f"in {result.build_seconds:.0f}s"))
+    return result
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    """A build decided before BuildKit starts: the lock, the checked options, stage 2's wheels and sources, the
+    bases (present in the engine), the Python, the tag and the build arguments."""
+
+    opts: BuildOptions
+    lock: LockDir
+    mode: LockMode
+    archs: ArchList | None
+    jobs: int
+    ca_bundle: Path | None
+    wheels: list[Path]          # --wheelhouse: stage 2's wheels
+    prebuilt: list[str]         # the packages they cover
+    git_sources: list[Path]
+    engine: Any                 # the engine client
+    cli: str                    # the engine's CLI with BuildKit
+    bases: BaseChoice
+    python: str
+    python_from: str
+    proxy_secrets: dict[str, str]
+    tag: str
+    build_args: dict[str, str]
+    warnings: list[str]
+
+
+def plan_build(opts: BuildOptions, progress: BuildProgress) -> BuildPlan:
     lock = open_lockdir(opts.lockdir)
     mode, archs, jobs = _check_options(opts, lock)
     if opts.push:  # a bad --push fails before the build, not after an hour of it
         registry.push_target(opts.push, "latest")
     ca_bundle = check_ca_bundle(opts.ca_bundle) if opts.ca_bundle is not None else None
-    warnings: list[str] = []
-    wheels: list[Path] = []
-    prebuilt: list[str] = []
-    if opts.wheelhouse is not None:
-        wheels, prebuilt = wheelhouse_for_lock(opts.wheelhouse, lock.lock_sha256, lock.record.target.torch)
+    wheels, prebuilt = ([], []) if opts.wheelhouse is None else \
+        wheelhouse_for_lock(opts.wheelhouse, lock.lock_sha256, lock.record.target.torch)
     # before any engine work (a base pull may be gigabytes): the git-tag sources stage 2 builds
     git_sources = _git_sources(opts, lock, set(prebuilt), progress)
-
-    c = engine.client()
-    cli = engine.buildkit_cli()
-    bases: BaseChoice = choose_bases(lock.target, mode, opts.base)
-    engine.ensure_base(c, bases.builder, pull=opts.pull)
-    if bases.runtime != bases.builder:
-        engine.ensure_base(c, bases.runtime, pull=opts.pull)
-    if (w := bases.warning()) is not None:
-        warnings.append(w)
-
+    c, cli = engine.client(), engine.buildkit_cli()
+    bases = choose_bases(lock.target, mode, opts.base)
+    for base in dict.fromkeys((bases.builder, bases.runtime)):
+        engine.ensure_base(c, base, pull=opts.pull)
+    warnings = [w for w in (bases.warning(),) if w is not None]
     want_py = major_minor(opts.python) if opts.python else target_python(lock)
     if opts.python and want_py != target_python(lock):
         warnings.append(f"--python {want_py} differs from the lock's target Python {target_python(lock)}; "
@@ -289,94 +321,125 @@ def build_image(opts: BuildOptions, progress: BuildProgress = _no_progress) -> B
     python_from = bases.python_from
     if python_from == "probe":
         python_from = "system" if probe_python(c, bases.builder) == want_py else "uv"
-
-    proxy_args, proxy_secrets = proxy_settings()
-    tag = opts.tag or default_tag(lock, opts.target)
-    uv = Path(uv_binary())
-    uv_ver = uv_version() or "unknown"
-    lock_uv = lock.record.uv_version or "unknown"
+    uv_ver, lock_uv = uv_version() or "unknown", lock.record.uv_version or "unknown"
     if lock_uv not in ("unknown", uv_ver):
         warnings.append(f"the lock was made with uv {lock_uv}; this envbuilder ships uv {uv_ver}")
-    build_args = _build_args(lock, bases, want_py, python_from, archs, jobs, proxy_args)
+    proxy_args, proxy_secrets = proxy_settings()
+    plan = BuildPlan(opts, lock, mode, archs, jobs, ca_bundle, wheels, prebuilt, git_sources, c, cli, bases, want_py,
+                     python_from, proxy_secrets, opts.tag or default_tag(lock, opts.target),
+                     _build_args(lock, bases, want_py, python_from, archs, jobs, proxy_args), warnings)
     for w in warnings:
         progress(BuildEvent("warning", w))
-    progress(BuildEvent("message", f"build {lock.row} ({mode}) -> {tag}  target={opts.target}  base={bases.builder}"
-                                   f"  python={want_py} ({python_from})  jobs={jobs}  arch={archs or '-'}"))
-
+    progress(BuildEvent("message", f"build {lock.row} ({mode}) -> {plan.tag}  target={opts.target}  "
+                                   f"base={bases.builder}  python={want_py} ({python_from})  jobs={jobs}  "
+                                   f"arch={archs or '-'}"))
     if opts.wheelhouse is not None:
         progress(BuildEvent("message", f"stage 2 from the wheelhouse {opts.wheelhouse}: "
                                        f"{', '.join(prebuilt) or 'nothing'}"))
+    return plan
+
+
+@dataclass
+class BuiltImage:
+    image_id: str
+    context_files: list[str]
+    log: BuildLog
+    seconds: float
+    secret_ids: list[str]
+
+
+def run_buildkit(plan: BuildPlan, progress: BuildProgress) -> BuiltImage:
+    """Render the Dockerfile, assemble the context, run BuildKit with the secrets mounted; BuildFailedError with
+    the failed step when it fails."""
+    opts = plan.opts
     log = BuildLog()
     with run_tempdir("ctx") as ctx, \
-            secret_files(ca_bundle, opts.secrets, proxy_secrets) as (secret_argv, secret_ids):
+            secret_files(plan.ca_bundle, opts.secrets, plan.proxy_secrets) as (secret_argv, secret_ids):
         dockerfile = render_dockerfile(RenderValues(
-            mode=mode, builder_base=bases.builder, runtime_base=bases.runtime, python=want_py,
-            python_from=python_from, archs=archs, jobs=jobs, secret_ids=tuple(secret_ids),
-            stage1_skip=tuple(sorted(lock.record.stage1_deferred)),
-            wheelhouse=bool(wheels), stage2_packages=tuple(prebuilt), git_sources=bool(git_sources)))
-        files = assemble(ctx, lock, dockerfile, uv, wheels, git_sources)
+            mode=plan.mode, builder_base=plan.bases.builder, runtime_base=plan.bases.runtime, python=plan.python,
+            python_from=plan.python_from, archs=plan.archs, jobs=plan.jobs, secret_ids=tuple(secret_ids),
+            stage1_skip=tuple(sorted(plan.lock.record.stage1_deferred)), wheelhouse=bool(plan.wheels),
+            stage2_packages=tuple(plan.prebuilt), git_sources=bool(plan.git_sources)))
+        files = assemble(ctx, plan.lock, dockerfile, Path(uv_binary()), plan.wheels, plan.git_sources)
         iidfile = ctx / ".iid"
-        argv = [cli, "build", "--progress=plain", "--target", opts.target, "-t", tag, "--iidfile", str(iidfile),
-                *secret_argv]
-        for k, v in sorted(build_args.items()):
-            argv += ["--build-arg", f"{k}={v}"]
-        if opts.no_cache:
-            argv.append("--no-cache")
-        # The context by its unique absolute path, never ".": the CLI keys BuildKit's incremental
-        # context sync on the path, and files with the same size and (normalised) mtime as in the
-        # previous sync under that key would not be re-sent, so a changed uv.lock could go unseen.
-        argv.append(str(ctx.resolve()))
-
-        shown: set[int] = set()
+        argv = _buildkit_argv(plan, secret_argv, iidfile, ctx)
         t_build = time.monotonic()
         progress(BuildEvent("status", "building (BuildKit, plain progress)..."))
-
-        def on_line(line: str) -> None:
-            step = log.feed(line)
-            if step is None or step.name == "internal":
-                return
-            if step.status == "running":
-                last = step.lines[-1] if step.lines else ""
-                progress(BuildEvent("status", f"{step.short[:70]}  {last[:70]}", step))
-            elif step.id not in shown:
-                shown.add(step.id)
-                progress(BuildEvent("step", step.short[:150], step))
-
-        rc = engine.run_build(argv, ctx, on_line)
+        rc = engine.run_build(argv, ctx, _step_reporter(log, progress))
         progress(BuildEvent("status", ""))
-        build_seconds = time.monotonic() - t_build
+        seconds = time.monotonic() - t_build
         image_id = iidfile.read_text().strip() if rc == 0 and iidfile.exists() else None
-
     if opts.log_file is not None:
         write_atomic(opts.log_file, "\n".join(log.raw) + "\n")
     if rc != 0 or image_id is None:
-        _raise_build_failure(log, lock.row, progress)
+        _raise_build_failure(log, plan.lock.row, progress)
     assert image_id is not None
+    return BuiltImage(image_id, files, log, seconds, sorted(secret_ids))
 
-    attrs = engine.inspect(c, image_id)
+
+def _buildkit_argv(plan: BuildPlan, secret_argv: list[str], iidfile: Path, ctx: Path) -> list[str]:
+    argv = [plan.cli, "build", "--progress=plain", "--target", plan.opts.target, "-t", plan.tag,
+            "--iidfile", str(iidfile), *secret_argv]
+    for k, v in sorted(plan.build_args.items()):
+        argv += ["--build-arg", f"{k}={v}"]
+    if plan.opts.no_cache:
+        argv.append("--no-cache")
+    # The context by its unique absolute path, never ".": the CLI keys BuildKit's incremental
+    # context sync on the path, and files with the same size and (normalised) mtime as in the
+    # previous sync under that key would not be re-sent, so a changed uv.lock could go unseen.
+    return [*argv, str(ctx.resolve())]
+
+
+def _step_reporter(log: BuildLog, progress: BuildProgress) -> Callable[[str], None]:
+    """Feed BuildKit's plain output to the log; report a running step's last line, and each step once done."""
+    shown: set[int] = set()
+
+    def on_line(line: str) -> None:
+        step = log.feed(line)
+        if step is None or step.name == "internal":
+            return
+        if step.status == "running":
+            last = step.lines[-1] if step.lines else ""
+            progress(BuildEvent("status", f"{step.short[:70]}  {last[:70]}", step))
+        elif step.id not in shown:
+            shown.add(step.id)
+            progress(BuildEvent("step", step.short[:150], step))
+
+    return on_line
+
+
+def check_image(plan: BuildPlan, built: BuiltImage, progress: BuildProgress) -> BuildResult:
+    """The built image's report, its import check, and (with --scan) the secret scan of its layers."""
+    c, bases = plan.engine, plan.bases
+    attrs = engine.inspect(c, built.image_id)
     result = BuildResult(
-        tag=tag, image_id=image_id, row=lock.row, mode=mode, target=opts.target, lock_sha256=lock.lock_sha256,
+        tag=plan.tag, image_id=built.image_id, row=plan.lock.row, mode=plan.mode, target=plan.opts.target,
+        lock_sha256=plan.lock.lock_sha256,
         base={"builder": bases.builder, "runtime": bases.runtime, "digest_pinned": bases.digest_pinned,
               "from": bases.source},
-        python={"version": want_py, "from": python_from}, arch_list=archs.torch if archs else "", jobs=jobs,
-        size_bytes=int(attrs.get("Size", 0)), labels=dict((attrs.get("Config") or {}).get("Labels") or {}),
-        context_files=files, steps=log.summary(), build_seconds=round(build_seconds, 1), warnings=warnings,
-        secrets={"ca_bundle": ca_bundle is not None, "ids": sorted(secret_ids)},
+        python={"version": plan.python, "from": plan.python_from}, arch_list=plan.archs.torch if plan.archs else "",
+        jobs=plan.jobs, size_bytes=int(attrs.get("Size", 0)),
+        labels=dict((attrs.get("Config") or {}).get("Labels") or {}), context_files=built.context_files,
+        steps=built.log.summary(), build_seconds=round(built.seconds, 1), warnings=plan.warnings,
+        secrets={"ca_bundle": plan.ca_bundle is not None, "ids": built.secret_ids},
     )
-    result.import_check, result.import_check_report = _import_check(c, image_id, opts.target, log)
-    if opts.scan:
-        result.secret_scan = scan_image(c, image_id, ca_bundle, opts.secrets, proxy_secrets, progress)
-    if opts.push:  # after the secret scan: an image that leaks a secret is never pushed
-        target = registry.push_target(opts.push, tag.rpartition(":")[2] if ":" in tag.rsplit("/", 1)[-1] else "latest")
-        progress(BuildEvent("status", f"pushing to {target.engine}..."))
-        pushed = registry.push_image(image_id, target, lambda m: progress(BuildEvent("status", m[:140])))
-        progress(BuildEvent("status", ""))
-        progress(BuildEvent("message", f"pushed {pushed.by_digest}"))
-        result.push = pushed.to_dict()
-    result.total_seconds = round(time.monotonic() - t0, 1)
-    progress(BuildEvent("done", f"built {tag}  {image_id[:19]}  {result.size_bytes / 1e9:.2f} GB  "
-                                   f"in {result.build_seconds:.0f}s"))
+    result.import_check, result.import_check_report = _import_check(c, built.image_id, plan.opts.target, built.log)
+    if plan.opts.scan:
+        result.secret_scan = scan_image(c, built.image_id, plan.ca_bundle, plan.opts.secrets, plan.proxy_secrets,
+                                        progress)
     return result
+
+
+def _push(plan: BuildPlan, image_id: str, progress: BuildProgress) -> dict[str, Any]:
+    assert plan.opts.push is not None
+    tag = plan.tag
+    target = registry.push_target(plan.opts.push, tag.rpartition(":")[2] if ":" in tag.rsplit("/", 1)[-1]
+                                  else "latest")
+    progress(BuildEvent("status", f"pushing to {target.engine}..."))
+    pushed = registry.push_image(image_id, target, lambda m: progress(BuildEvent("status", m[:140])))
+    progress(BuildEvent("status", ""))
+    progress(BuildEvent("message", f"pushed {pushed.by_digest}"))
+    return pushed.to_dict()
 
 
 def secret_needles(ca_bundle: Path | None, specs: list[SecretSpec],
