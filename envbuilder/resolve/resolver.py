@@ -6,7 +6,7 @@ passes, adds a warning, or raises ResolveConflictError naming both sides and a f
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from packaging.specifiers import SpecifierSet
@@ -469,67 +469,135 @@ def _host_torch_facts(req: ResolveRequest, row: Release, warnings: list[str], pr
 
 
 def resolve(matrix: Matrix, req: ResolveRequest) -> Resolution:
+    """Row + request + host -> one consistent set of pins. Read top-down: the row's versions with the
+    overrides, the platform (Python, CUDA, torch's index), the host (driver, GPU), the pins, the row's notes."""
     row = find_row(matrix, req.row, req.row_option)
     _check_mode(req, row)
-    overrides = _check_overrides(req)
-    if req.torch and "torch" in overrides:
-        raise InvalidOptionError("--torch and --set torch==... both given", "use one of them")
-    chosen, omitted = _versions(row, req, overrides)
-    warnings: list[str] = []
-    provenance: dict[str, str] = {}
+    d = _Draft.start(matrix, req, row)
+    _choose_platform(matrix, d)
+    _check_host(matrix, d)
+    pins = _pins(d)
+    _row_notes(d, pins)
+    return d.resolution(pins)
 
-    if req.mode.on_interpreter:
-        req, _row_torch = _host_torch_facts(req, row, warnings, provenance)
-    ranges = _python_range(matrix, row, chosen)
-    python, requires_python, provenance["python"] = _choose_python(req, ranges, row)
 
-    torch_version = chosen.get("torch", (None, ""))[0]
+@dataclass
+class _Draft:
+    """A resolution being worked out: what each step has decided so far."""
+
+    req: ResolveRequest
+    row: Release
+    overrides: dict[str, str]
+    chosen: dict[str, tuple[str, str]]    # component -> (version, provenance)
+    omitted: dict[str, str]
+    warnings: list[str] = field(default_factory=list)
+    provenance: dict[str, str] = field(default_factory=dict)
+    notes: list[Note] = field(default_factory=list)
+    python: str = ""
+    requires_python: str = ""
+    cuda: str | None = None
+    torch_index: str | None = None
+    variant: str = ""
+    min_driver: str | None = None
+    prebuilt: tuple[PrebuiltVerdict, ...] = ()
+    sm: str | None = None
+    forced: tuple[str, ...] = ()
+    upstream: UpstreamPins | None = None
+
+    @classmethod
+    def start(cls, matrix: Matrix, req: ResolveRequest, row: Release) -> _Draft:
+        """The row's versions with --set and --torch applied (and, for host-torch, the interpreter's facts)."""
+        overrides = _check_overrides(req)
+        if req.torch and "torch" in overrides:
+            raise InvalidOptionError("--torch and --set torch==... both given", "use one of them")
+        chosen, omitted = _versions(row, req, overrides)
+        d = cls(req, row, overrides, chosen, omitted)
+        if req.mode.on_interpreter:
+            d.req, _row_torch = _host_torch_facts(req, row, d.warnings, d.provenance)
+        return d
+
+    @property
+    def torch_version(self) -> str | None:
+        return self.chosen.get("torch", (None, ""))[0]
+
+    def resolution(self, pins: dict[str, Pin]) -> Resolution:
+        req, row = self.req, self.row
+        return Resolution(
+            row=row.name, mode=req.mode, source=req.source, python=self.python, requires_python=self.requires_python,
+            cuda=self.cuda, cudnn=str(row.cudnn.value) if row.cudnn.known else None, torch_variant=self.variant,
+            torch_index=self.torch_index, min_driver=self.min_driver, glibc=req.glibc,
+            container=str(row.container.value) if row.container.known else None,
+            exclude_newer=str(row.exclude_newer.value), pins=dict(sorted(pins.items())),
+            omitted=dict(sorted(self.omitted.items())),
+            stage1_extra=row.stage1_extra, stage2_env=dict(sorted(row.stage2_env.items())),
+            provenance=dict(sorted(self.provenance.items())), warnings=tuple(self.warnings), notes=tuple(self.notes),
+            sm=self.sm, driver=req.host.driver, host_origin=req.host.origin, nemo_extras=row.nemo_extras,
+            dropped=tuple(sorted(d.package for d in row.drop_packages)), prebuilt=self.prebuilt,
+            host_torch=req.host_torch, override_dependencies=self.forced,
+            exclude_newer_package=tuple(sorted((c.package, c.value) for c in row.exclude_newer_package)),
+            upstream=self.upstream,
+        )
+
+
+def _choose_platform(matrix: Matrix, d: _Draft) -> None:
+    """The target Python, CUDA and torch's index/variant (an interpreter's own for host-torch)."""
+    req, row = d.req, d.row
+    ranges = _python_range(matrix, row, d.chosen)
+    d.python, d.requires_python, d.provenance["python"] = _choose_python(req, ranges, row)
+    torch_version = d.torch_version
     if req.mode.on_interpreter:
-        cuda, provenance["cuda"], torch_index, variant = req.cuda, "host-torch:interpreter", None, "host"
+        d.cuda, d.provenance["cuda"], d.torch_index, d.variant = req.cuda, "host-torch:interpreter", None, "host"
         if req.python:
-            provenance["python"] = "host-torch:interpreter"
-            requires_python = f"=={req.python}.*"
-    else:
-        cuda, provenance["cuda"], torch_index, variant, w = _choose_cuda(matrix, req, row, torch_version)
-        warnings += w
-        warnings += _container_major_mismatch(matrix, req, row, cuda, torch_version, variant)
-    if torch_version and not req.mode.on_interpreter:
-        info = matrix.torch.get(torch_version)
-        if info is not None and info.python.known and Version(python) not in SpecifierSet(str(info.python.value)):
-            raise ResolveConflictError(f"torch {torch_version} supports Python {info.python.value}, not {python}",
-                                       "choose another --python or --torch")
+            d.provenance["python"] = "host-torch:interpreter"
+            d.requires_python = f"=={req.python}.*"
+        return
+    d.cuda, d.provenance["cuda"], d.torch_index, d.variant, w = _choose_cuda(matrix, req, row, torch_version)
+    d.warnings += w
+    d.warnings += _container_major_mismatch(matrix, req, row, d.cuda, torch_version, d.variant)
+    info = matrix.torch.get(torch_version) if torch_version else None
+    if info is not None and info.python.known and Version(d.python) not in SpecifierSet(str(info.python.value)):
+        raise ResolveConflictError(f"torch {torch_version} supports Python {info.python.value}, not {d.python}",
+                                   "choose another --python or --torch")
 
-    min_driver, w = _check_driver(matrix, req, row, cuda)
-    warnings += w
+
+def _check_host(matrix: Matrix, d: _Draft) -> None:
+    """The host's driver and GPU against the stack; kernel packages moved to releases with a prebuilt wheel."""
+    req = d.req
+    d.min_driver, w = _check_driver(matrix, req, d.row, d.cuda)
+    d.warnings += w
     if req.host.driver:
-        provenance["driver"] = f"host:{req.host.origin}"
+        d.provenance["driver"] = f"host:{req.host.origin}"
     if req.source_build not in SOURCE_BUILD_POLICIES:
         raise InvalidOptionError(f"unknown source-build policy '{req.source_build}'",
                                  "use --allow-source-build or --no-source-build")
     if req.source == "pypi":
+        torch_version, variant = d.torch_version, d.variant
         # a hermetic lock installs a known torch build, whose torch.__version__ carries the variant ("+cu130")
         torch_local = (f"{torch_version}+{variant}" if req.mode.torch_from_lock and torch_version
                        and variant.startswith("cu") and variant[2:].isdigit() else None)
-        chosen, prebuilt = prefer_prebuilt(matrix, chosen, overrides, python, torch_version, cuda, req.source_build,
-                                           torch_local)
-    else:
-        prebuilt = ()
-    sm, w = _check_sm(matrix, req, chosen)
-    warnings += w
-    if sm:
-        provenance["sm"] = f"host:{req.host.origin}"
-    warnings += _check_flash_vs_te(matrix, row, chosen, overrides)
+        d.chosen, d.prebuilt = prefer_prebuilt(matrix, d.chosen, d.overrides, d.python, torch_version, d.cuda,
+                                               req.source_build, torch_local)
+    d.sm, w = _check_sm(matrix, req, d.chosen)
+    d.warnings += w
+    if d.sm:
+        d.provenance["sm"] = f"host:{req.host.origin}"
+    d.warnings += _check_flash_vs_te(matrix, d.row, d.chosen, d.overrides)
 
-    cuda_major = int(cuda.split(".")[0]) if cuda else None
+
+def _pins(d: _Draft) -> dict[str, Pin]:
+    """One pin per package name (transformer-engine's parts for the CUDA major); torch is no pin when the base
+    keeps its own."""
+    req, row = d.req, d.row
+    cuda_major = int(d.cuda.split(".")[0]) if d.cuda else None
     pins: dict[str, Pin] = {}
-    for name, (version, prov) in chosen.items():
+    for name, (version, prov) in d.chosen.items():
         comp: Component = BY_NAME[name]
         if req.mode.on_container and name == "torch":
-            omitted["torch"] = f"kept from {row.container.value} (override-dependencies)"
+            d.omitted["torch"] = f"kept from {row.container.value} (override-dependencies)"
             continue
         if req.mode.on_interpreter and name == "torch":
             assert req.host_torch is not None
-            omitted["torch"] = f"kept from the interpreter: torch {req.host_torch.torch} (override-dependencies)"
+            d.omitted["torch"] = f"kept from the interpreter: torch {req.host_torch.torch} (override-dependencies)"
             continue
         names = te_parts(cuda_major) if name == "transformer-engine" else [row.package_names.get(comp.field, name)]
         for part in names:
@@ -537,44 +605,30 @@ def resolve(matrix: Matrix, req: ResolveRequest) -> Resolution:
             if req.source == "git" and comp.git_url and comp.git_tag:
                 git_url, git_tag = comp.git_url, comp.git_tag.format(version=version)
             pins[part] = Pin(part, version, comp.stage, prov, git_url, git_tag)
+    return pins
 
-    for note in row.notes:
-        if note.severity == "warn":
-            warnings.append(note.text)
-    for drop in row.drop_packages:
-        warnings.append(f"{drop.package} is left out: {drop.text}")
+
+def _row_notes(d: _Draft, pins: dict[str, Pin]) -> None:
+    """The row's warnings, drops, forced requirements, per-package cutoffs and upstream lock."""
+    req, row = d.req, d.row
+    d.warnings += [note.text for note in row.notes if note.severity == "warn"]
+    d.warnings += [f"{drop.package} is left out: {drop.text}" for drop in row.drop_packages]
     if row.prefer:
-        warnings.append(f"{row.label} is superseded: prefer --nemo {row.prefer}")
-    notes = list(row.notes)
-    forced = _forced_requirements(row, req, warnings, provenance, notes)
+        d.warnings.append(f"{row.label} is superseded: prefer --nemo {row.prefer}")
+    d.notes = list(row.notes)
+    d.forced = _forced_requirements(row, req, d.warnings, d.provenance, d.notes)
     if req.glibc_from_row:
-        provenance["glibc"] = _prov(row, "glibc")
+        d.provenance["glibc"] = _prov(row, "glibc")
     for c in row.exclude_newer_package:
-        provenance[c.package] = f"{_prov(row, 'exclude_newer_package')} ({c.value})"
-        notes.append(Note("info", f"{c.package} may be newer than the row's cutoff (up to {c.value}): {c.text}",
-                          c.source))
+        d.provenance[c.package] = f"{_prov(row, 'exclude_newer_package')} ({c.value})"
+        d.notes.append(Note("info", f"{c.package} may be newer than the row's cutoff (up to {c.value}): {c.text}",
+                            c.source))
     cutoffs = {"*": str(row.exclude_newer.value), **{c.package: c.value for c in row.exclude_newer_package}}
-    upstream = upstream_pins(row, set(pins) | set(omitted) | {n for n, _ in req.overrides}, cutoffs)
-    if upstream is not None:
-        provenance["upstream-lock"] = (f"{_prov(row, 'upstream_lock')} ({upstream.target}: {len(upstream.constraints)} "
-                                       "versions pinned as constraints)")
+    d.upstream = upstream_pins(row, set(pins) | set(d.omitted) | {n for n, _ in req.overrides}, cutoffs)
+    if d.upstream is not None:
+        d.provenance["upstream-lock"] = (f"{_prov(row, 'upstream_lock')} ({d.upstream.target}: "
+                                         f"{len(d.upstream.constraints)} versions pinned as constraints)")
     if row.unconfirmed():
-        warnings.append(f"{row.label} is derived from its release's own artifacts: {len(row.unconfirmed())} of its "
-                        f"facts no published table confirms ({', '.join(row.unconfirmed())}); "
-                        f"see `envbuilder matrix show {row_option(row)}`")
-
-    return Resolution(
-        row=row.name, mode=req.mode, source=req.source, python=python, requires_python=requires_python,
-        cuda=cuda, cudnn=str(row.cudnn.value) if row.cudnn.known else None, torch_variant=variant,
-        torch_index=torch_index, min_driver=min_driver, glibc=req.glibc,
-        container=str(row.container.value) if row.container.known else None,
-        exclude_newer=str(row.exclude_newer.value), pins=dict(sorted(pins.items())),
-        omitted=dict(sorted(omitted.items())),
-        stage1_extra=row.stage1_extra, stage2_env=dict(sorted(row.stage2_env.items())),
-        provenance=dict(sorted(provenance.items())), warnings=tuple(warnings), notes=tuple(notes),
-        sm=sm, driver=req.host.driver, host_origin=req.host.origin, nemo_extras=row.nemo_extras,
-        dropped=tuple(sorted(d.package for d in row.drop_packages)), prebuilt=prebuilt,
-        host_torch=req.host_torch, override_dependencies=forced,
-        exclude_newer_package=tuple(sorted((c.package, c.value) for c in row.exclude_newer_package)),
-        upstream=upstream,
-    )
+        d.warnings.append(f"{row.label} is derived from its release's own artifacts: {len(row.unconfirmed())} of its "
+                          f"facts no published table confirms ({', '.join(row.unconfirmed())}); "
+                          f"see `envbuilder matrix show {row_option(row)}`")
