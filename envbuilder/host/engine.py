@@ -23,7 +23,8 @@ def engine_client(timeout_s: float = DEFAULT_TIMEOUT_S) -> Any:
         import docker
         from docker.errors import DockerException
     except ImportError as exc:  # pragma: no cover - a dependency
-        raise DockerUnavailableError("the docker Python SDK is not installed", "pip install docker") from exc
+        raise DockerUnavailableError("the docker Python SDK is not installed", "pip install docker",
+                                     reason="no-sdk") from exc
     try:
         client = docker.from_env(timeout=int(max(1, timeout_s)))
         client.ping()
@@ -31,5 +32,6 @@ def engine_client(timeout_s: float = DEFAULT_TIMEOUT_S) -> Any:
         host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise DockerUnavailableError(f"no Docker daemon answers at {host} ({reason[:200]})",
-                                     "start it (scripts/setup-host.sh starts dockerd) or set DOCKER_HOST") from exc
+                                     "start it (scripts/setup-host.sh starts dockerd) or set DOCKER_HOST",
+                                     reason="no-daemon", said=reason[:200]) from exc
     return client

@@ -28,7 +28,9 @@ def probe_docker(timeout_s: float = 3.0) -> ToolStatus:
         version = client.version().get("Version", "unknown")
         return ToolStatus(True, f"daemon {version}")
     except DockerUnavailableError as exc:
-        return ToolStatus(False, exc.cause)
+        if exc.details.get("reason") == "no-sdk":
+            return ToolStatus(False, "docker SDK not installed (pip install docker)")
+        return ToolStatus(False, f"daemon not reachable: {exc.details.get('said') or exc.cause}")
     except Exception as exc:  # the daemon answered the ping, then not the version request
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return ToolStatus(False, f"daemon not reachable: {reason}")
