@@ -651,8 +651,8 @@ _FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 _PATH = {errno.EEXIST, errno.ENAMETOOLONG, errno.ENOTDIR, errno.EISDIR, errno.ELOOP, errno.ENOTEMPTY}
 
 
-#: envbuilder's own temporary names beside an output: .NAME.staging.X/..., .NAME.bundle.X/..., .NAME.X.tmp
-_TEMP_NAMES = re.compile(r"/\.([^/]+?)\.(?:staging|bundle|work)\.[^/]+(?:/.*)?$|/\.([^/]+?)\.[^/.]+\.tmp$")
+#: envbuilder's own temporary names beside an output: .NAME.{staging,bundle,work,probe}.X/..., .NAME.X.tmp
+_TEMP_NAMES = re.compile(r"/\.([^/]+?)\.(?:staging|bundle|work|probe)\.[^/]+(?:/.*)?$|/\.([^/]+?)\.[^/.]+\.tmp$")
 
 
 def _user_path(name: str) -> str:

@@ -143,3 +143,12 @@ def test_readme_failure_table_covers_every_exit_code() -> None:
         listed |= {int(x) for x in re.findall(r"\b(\d{1,3})\b", row.rstrip().rstrip("|").rsplit("|", 1)[-1])}
     missing = sorted((c.exit_code, c.__name__) for c in errors.all_error_classes() if c.exit_code not in listed)
     assert not missing, f"add these to README's Failure modes table: {missing}"
+
+
+@pytest.mark.parametrize(("named", "shown"), [
+    ("/o/.site.staging.2wzvheia/style.css", "/o/site"), ("/o/.venv.bundle.0032rfon", "/o/venv"),
+    ("/o/.s.json.wtb9ydnm.tmp", "/o/s.json"), ("/o/.x.sqsh.probe.y0q1", "/o/x.sqsh"), ("/o/a.json", "/o/a.json"),
+])
+def test_errors_name_the_users_path_not_a_temp_name(named: str, shown: str) -> None:
+    err = errors.os_error(OSError(errno.EROFS, "Read-only file system", named), action="write")
+    assert f"cannot write {shown}:" in err.cause

@@ -385,7 +385,7 @@ def test_missing_image_exit_40(tmp_path: Path) -> None:
     assert _leftovers(tmp_path) == []
 
 
-def test_unwritable_output_exit_41(whiteout_image: str, tmp_path: Path) -> None:
+def test_unwritable_output_exit_41_and_read_only_78(whiteout_image: str, tmp_path: Path) -> None:
     r = _cli("export", whiteout_image, "-o", str(tmp_path / "no" / "such" / "x.sif"))
     assert r.returncode == 41 and "does not exist" in r.stderr
     ro = tmp_path / "ro"
@@ -394,7 +394,8 @@ def test_unwritable_output_exit_41(whiteout_image: str, tmp_path: Path) -> None:
         pytest.skip("cannot mount a read-only tmpfs here (needs root)")
     try:
         r = _cli("export", whiteout_image, "-o", str(ro / "x.sqsh"), "--json")
-        assert r.returncode == 41 and json.loads(r.stdout)["error"] == "output-path"
+        assert r.returncode == 78 and json.loads(r.stdout)["error"] == "read-only-filesystem"
+        assert f"cannot write in {ro / 'x.sqsh'}: it is on a read-only filesystem" in r.stderr, r.stderr
     finally:
         subprocess.run(["umount", str(ro)], check=True)
 
