@@ -208,12 +208,12 @@ def _choose_torch(opts: WheelsOptions, lockdir: Path, record: LockRecord, cache:
     return sync_stage1_venv(lockdir, record, venv, progress, opts.ca_bundle, skip=to_build)
 
 
-# the CUDA *library* headers of the interpreter's NVIDIA wheels (cudnn, cublas, cusparse, cusolver, curand, cufft,
-# nccl, nvtx ...); the toolkit's own parts (runtime, nvrtc, cupti, nvcc, cccl, the cu13 bundle) are left to the
-# toolkit, whose -I comes first anyway
+# the headers of the interpreter's NVIDIA wheels (cudnn, cublas, cusparse, cusolver, curand, cufft, nvrtc, nccl,
+# nvtx ...), after the toolkit's own -I, so a header both have comes from the toolkit; the compiler's own parts
+# (nvcc's crt, CCCL) only ever come from the toolkit
 _WHEEL_HEADERS = r"""
 import json, os, sys
-skip = {"cuda_runtime", "cuda_nvrtc", "cuda_cupti", "cuda_nvcc", "cuda_cccl", "cu13"}
+skip = {"cuda_nvcc", "cuda_cccl"}
 found = []
 for entry in sys.path:
     top = os.path.join(entry, "nvidia")
@@ -228,8 +228,8 @@ print(json.dumps(found))
 
 
 def wheel_include_dirs(interpreter: str) -> list[str]:
-    """Library headers of the build interpreter's NVIDIA wheels, the very versions torch links.
-    transformer-engine-torch includes cudnn.h, and every extension that includes ATen/cuda/CUDAContext.h needs
+    """Headers of the build interpreter's NVIDIA wheels, the very versions torch links.
+    transformer-engine-torch includes cudnn.h and nvrtc.h, and every extension that includes ATen/cuda/CUDAContext.h needs
     cublas_v2.h, cusparse.h and cusolverDn.h; a full CUDA toolkit has them (NGC images, /usr/local/cuda), the
     compiler-only toolkit envbuilder assembles (kernels/toolkit.py) and a toolkit beside pip's torch do not."""
     try:

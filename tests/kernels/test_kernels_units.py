@@ -208,20 +208,21 @@ def test_library_headers_of_the_build_interpreters_nvidia_wheels(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """The include dirs of the interpreter's NVIDIA library wheels (cudnn, cusparse: ATen/cuda/CUDAContext.h needs
     it) reach the compiler's CPLUS_INCLUDE_PATH, after what the user set; the toolkit's own parts (cuda_runtime)
-    are left to the toolkit; nothing is added when there is none."""
+    the compiler's own parts (cuda_nvcc) are left to the toolkit; nothing is added when there is none."""
     import sys
 
     from envbuilder.kernels.pipeline import wheel_include_dirs
 
     site = tmp_path / "site" / "nvidia"
-    for name, header in (("cudnn", "cudnn.h"), ("cusparse", "cusparse.h"), ("cuda_runtime", "cuda_runtime.h")):
+    for name, header in (("cudnn", "cudnn.h"), ("cusparse", "cusparse.h"), ("cuda_nvrtc", "nvrtc.h"),
+                         ("cuda_nvcc", "crt.h")):
         (site / name / "include").mkdir(parents=True)
         (site / name / "include" / header).write_text("/* header */\n")
     (site / "cublas" / "include").mkdir(parents=True)  # no header in it: not added
     monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
     got = wheel_include_dirs(sys.executable)
-    assert str(site / "cudnn" / "include") in got and str(site / "cusparse" / "include") in got
-    assert str(site / "cuda_runtime" / "include") not in got and str(site / "cublas" / "include") not in got
+    assert {str(site / n / "include") for n in ("cudnn", "cusparse", "cuda_nvrtc")} <= set(got)
+    assert str(site / "cuda_nvcc" / "include") not in got and str(site / "cublas" / "include") not in got
     assert wheel_include_dirs(str(tmp_path / "no-python")) == []
 
 
