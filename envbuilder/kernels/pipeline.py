@@ -229,9 +229,11 @@ print(json.dumps(found))
 
 def wheel_include_dirs(interpreter: str) -> list[str]:
     """Headers of the build interpreter's NVIDIA wheels, the very versions torch links.
-    transformer-engine-torch includes cudnn.h and nvrtc.h, and every extension that includes ATen/cuda/CUDAContext.h needs
-    cublas_v2.h, cusparse.h and cusolverDn.h; a full CUDA toolkit has them (NGC images, /usr/local/cuda), the
-    compiler-only toolkit envbuilder assembles (kernels/toolkit.py) and a toolkit beside pip's torch do not."""
+
+    transformer-engine-torch includes cudnn.h and nvrtc.h, and every extension that includes
+    ATen/cuda/CUDAContext.h needs cublas_v2.h, cusparse.h and cusolverDn.h. A full CUDA toolkit has them
+    (NGC images, /usr/local/cuda); the compiler-only toolkit envbuilder assembles (kernels/toolkit.py) and a
+    toolkit beside pip's torch do not."""
     try:
         out = procs.run([interpreter, "-c", _WHEEL_HEADERS], capture_output=True, text=True, timeout=60)
         return [str(d) for d in json.loads(out.stdout.strip() or "[]")]
