@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
-from envbuilder.certify import CERT_NAME
+from envbuilder.certify import CERT_NAME, gpulock
 from envbuilder.certify.expect import Expectations, load_expectations
+from envbuilder.certify.pretrain import PRETRAIN_GROUPS, Planned, resolve
 from envbuilder.certify.result import FAIL, PASS, SKIPPED, CheckResult, Stopwatch
 from envbuilder.choices import CERTIFY_GROUPS
 from envbuilder.errors import EnvbuilderError
@@ -43,8 +45,8 @@ def log(msg: str) -> None:
 
 def run_checks(a: argparse.Namespace, exp: Expectations, workdir: Path
                ) -> tuple[list[CheckResult], dict, str | None]:
-    from envbuilder.certify.gpu import check_arch, check_driver, check_gemm, gpu_facts
-    from envbuilder.certify.level0 import run_level0
+    from envbuilder.certify.gpu import gpu_facts
+    from envbuilder.certify.pretrain import plan_level1
 
     only = {g.strip() for g in a.only.split(",") if g.strip()} or None
     unknown = (only or set()) - set(GROUPS)
@@ -61,6 +63,30 @@ def run_checks(a: argparse.Namespace, exp: Expectations, workdir: Path
     except Exception:
         torch_version = None
     facts = gpu_facts() if torch_version else {"driver": None, "gpus": [], "count": 0}
+    # Level 1 on a GPU: the training workers start now and import their stacks while this process runs
+    # level 0 and its own GPU checks holding the GPU lock; then they run their GPU work one at a time
+    # (certify/gpulock.py). Same checks, same steps and loss rule as one after another.
+    planned: list[Planned] = []
+    held = None
+    if a.level >= 1 and not a.cpu and facts["count"] > 0:
+        lock = workdir / "gpu.lock"
+        held = gpulock.acquire(str(lock))
+        planned = plan_level1(exp, workdir, a.steps, [g for g in PRETRAIN_GROUPS if want(g)], lock)
+    try:
+        return _run_checks(a, exp, workdir, want, facts, torch_version, planned, held)
+    finally:
+        for p in planned:  # a check that raised leaves no worker running
+            if not isinstance(p, CheckResult):
+                p.worker.stop()
+
+
+def _run_checks(a: argparse.Namespace, exp: Expectations, workdir: Path, want: Callable[[str], bool],
+                facts: dict, torch_version: str | None, planned: list[Planned], held: gpulock.Held | None
+                ) -> tuple[list[CheckResult], dict, str | None]:
+    from envbuilder.certify.gpu import check_arch, check_driver, check_gemm
+    from envbuilder.certify.level0 import run_level0
+
+    only = {g.strip() for g in a.only.split(",") if g.strip()} or None
     watch = Stopwatch()  # each check's duration; those a group timed itself keep their own
     checks = [watch.stamp(c) for c in run_level0(exp, only & {"drift", "imports", "torch-build"} if only else None,
                                                  gpu_visible=facts["count"] > 0)]
@@ -80,8 +106,6 @@ def run_checks(a: argparse.Namespace, exp: Expectations, workdir: Path
         if want("pretrain") and torch_version:
             add(cpu_pretrain(workdir, a.steps))
     elif a.level >= 1:
-        from envbuilder.certify.pretrain import gpu_torch_pretrain, mbridge_smoke, mcore_pretrain, nemo_smoke
-
         if want("driver"):
             add(check_driver(exp, facts))
         if want("arch"):
@@ -97,14 +121,10 @@ def run_checks(a: argparse.Namespace, exp: Expectations, workdir: Path
                     add(c)
             if want("gemm"):
                 add(check_gemm(exp, facts))
-            if want("pretrain"):
-                add(gpu_torch_pretrain(workdir, a.steps))
-            if want("mcore"):
-                add(mcore_pretrain(exp, workdir, a.steps))
-            if want("nemo"):
-                add(nemo_smoke(exp, workdir, a.steps))
-            if want("mbridge"):
-                add(mbridge_smoke(exp, workdir, a.steps))
+            if held is not None:
+                held.release()  # the queued training workers take the GPU, one at a time
+            for p in planned:
+                add(resolve(p))
     if a.level >= 2:
         from envbuilder.certify.pretrain import run_parallel_variants
 

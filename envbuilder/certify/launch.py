@@ -1,4 +1,4 @@
-"""Start a worker module under torch.distributed.run and collect its JSON result."""
+"""Start a worker module (under torch.distributed.run, or plain) and collect its JSON result and log."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,44 +59,73 @@ def worker_command(module: str, args: list[str], nproc: int, out: Path, torchrun
             "-m", "envbuilder.certify.worker", module, "--out", str(out), *args]
 
 
+class Worker:
+    """A started worker: its process writes its log to a file (several may run at once, and a pipe nobody
+    reads would stall one), its result to `out`; `wait()` collects both."""
+
+    def __init__(self, module: str, args: list[str], nproc: int, workdir: Path, name: str,
+                 timeout_s: float = 300, env: dict[str, str] | None = None, torchrun: bool = True) -> None:
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.out = workdir / f"{name}.json"
+        self.log_path = workdir / f"{name}.log"
+        self.out.unlink(missing_ok=True)
+        self.timeout_s = timeout_s
+        # torch's own temporary files (torchelastic_*) go inside the work directory, so they go with it
+        self.tmp = workdir / f".tmp-{name}"
+        self.tmp.mkdir(exist_ok=True)
+        self.t0 = time.perf_counter()
+        with open(self.log_path, "w", encoding="utf-8") as log:
+            # own process group, and the launcher dies with this process (even on SIGKILL); on a timeout, a
+            # signal or an error the whole tree (launcher and workers, found through /proc) is killed
+            self.proc = procs.popen(worker_command(module, args, nproc, self.out, torchrun), stdout=log,
+                                    stderr=subprocess.STDOUT, env={**worker_env(env), "TMPDIR": str(self.tmp)})
+
+    def _terminate(self) -> None:
+        """SIGTERM first: a worker that started processes in sessions of their own (NeMo-Run's executor) stops
+        them; then the whole tree, found through /proc, whatever is left of it after the grace period."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=TERM_GRACE_S)
+        except subprocess.TimeoutExpired:
+            procs.kill_tree(self.proc.pid)
+            self.proc.wait()
+
+    def stop(self) -> None:
+        """End a worker whose result is no longer wanted (the run failed elsewhere)."""
+        if self.proc.poll() is None:
+            self._terminate()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def wait(self) -> WorkerRun:
+        left = max(0.0, self.timeout_s - (time.perf_counter() - self.t0))
+        timed_out = False
+        try:
+            rc = self.proc.wait(timeout=left)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            self._terminate()
+            rc = 124
+        except BaseException:
+            procs.kill_tree(self.proc.pid)
+            self.proc.wait()
+            raise
+        finally:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+        wall = time.perf_counter() - self.t0
+        log = self.log_path.read_text(encoding="utf-8", errors="replace")
+        if timed_out:
+            log += f"\n[envbuilder] timed out after {self.timeout_s:.0f}s"
+            self.log_path.write_text(log, encoding="utf-8")
+        result = json.loads(self.out.read_text()) if rc == 0 and self.out.exists() else None
+        return WorkerRun(rc, log, result, wall)
+
+
+def start_worker(module: str, args: list[str], nproc: int, workdir: Path, name: str,
+                 timeout_s: float = 300, env: dict[str, str] | None = None, torchrun: bool = True) -> Worker:
+    return Worker(module, args, nproc, workdir, name, timeout_s, env, torchrun)
+
+
 def run_worker(module: str, args: list[str], nproc: int, workdir: Path, name: str,
                timeout_s: float = 300, env: dict[str, str] | None = None, torchrun: bool = True) -> WorkerRun:
-    import time
-
-    workdir.mkdir(parents=True, exist_ok=True)
-    out = workdir / f"{name}.json"
-    log_path = workdir / f"{name}.log"
-    out.unlink(missing_ok=True)
-    cmd = worker_command(module, args, nproc, out, torchrun)
-    t0 = time.perf_counter()
-    # torch's own temporary files (torchelastic_*) go inside the work directory, so they go with it
-    tmp = workdir / f".tmp-{name}"
-    tmp.mkdir(exist_ok=True)
-    # own process group, and the launcher dies with this process (even on SIGKILL); on a timeout, a
-    # signal or an error the whole tree (launcher and workers, found through /proc) is killed
-    proc = procs.popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                       env={**worker_env(env), "TMPDIR": str(tmp)})
-    try:
-        log, _ = proc.communicate(timeout=timeout_s)
-        rc = proc.returncode
-    except subprocess.TimeoutExpired:
-        # SIGTERM first: a worker that started processes in sessions of their own (NeMo-Run's executor) stops
-        # them; then the whole tree, found through /proc, whatever is left of it after the grace period
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            log, _ = proc.communicate(timeout=TERM_GRACE_S)
-        except subprocess.TimeoutExpired:
-            procs.kill_tree(proc.pid)
-            log, _ = proc.communicate()
-        rc, log = 124, (log or "") + f"\n[envbuilder] timed out after {timeout_s:.0f}s"
-    except BaseException:
-        procs.kill_tree(proc.pid)
-        proc.wait()
-        raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    wall = time.perf_counter() - t0
-    log_path.write_text(log)
-    result = json.loads(out.read_text()) if rc == 0 and out.exists() else None
-    return WorkerRun(rc, log, result, wall)
+    return start_worker(module, args, nproc, workdir, name, timeout_s, env, torchrun).wait()

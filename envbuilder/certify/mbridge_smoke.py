@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from envbuilder.certify import gpulock
+
 RECIPE_MODULE = "megatron.bridge.recipes.qwen.qwen2"
 RECIPE = "qwen25_500m_pretrain_config"
 HF_MODEL_ID = "Qwen/Qwen2.5-0.5B"  # what the recipe asks AutoBridge for
@@ -163,6 +165,7 @@ def main() -> None:
     from megatron.bridge.training.pretrain import pretrain
 
     skip_helper_compile()
+    held = gpulock.acquire()  # before the first CUDA call: this worker's GPU work runs alone (certify/gpulock.py)
     cfg = build_config(a.steps)
     losses: list[float] = []
     step_ends: list[float] = []
@@ -174,7 +177,7 @@ def main() -> None:
     callbacks = CallbackManager()
     callbacks.register("on_train_step_end", record)
     pretrain(cfg, forward_step, callbacks=callbacks)
-    payload = result_payload(losses, step_ends, a.steps, model_facts(cfg))
+    payload = {**result_payload(losses, step_ends, a.steps, model_facts(cfg)), **gpulock.waited(held)}
     if not all(math.isfinite(x) for x in losses):
         print(f"[mbridge_smoke] non-finite losses: {losses}", flush=True)  # judged (and failed) by the loss rule
     if int(os.environ.get("RANK", "0")) == 0:

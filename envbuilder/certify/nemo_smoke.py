@@ -39,6 +39,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from envbuilder.certify import gpulock
+
 RECIPE_MODULE = "nemo.collections.llm.recipes.qwen25_7b"
 RECIPE = "qwen25_7b.pretrain_recipe"
 SEQ, GBS, MBS = 256, 8, 2
@@ -116,7 +118,8 @@ def result_payload(recorded: dict[str, Any], steps: int, state: str, model: dict
         raise RuntimeError(f"recorded {len(losses)} losses for {steps} steps; the run did not complete")
     return {"losses": losses, "tokens_per_s": tokens_per_s(list(recorded.get("step_ends", [])), GBS * SEQ),
             "layout": {"dp": 1, "tp": 1, "pp": 1, "cp": 1}, "model": model,
-            "nemo_run": {"executor": "LocalExecutor", "launcher": "torchrun", "state": state}}
+            "nemo_run": {"executor": "LocalExecutor", "launcher": "torchrun", "state": state},
+            **{k: recorded[k] for k in ("gpu_wait_s",) if k in recorded}}
 
 
 def _loss_recorder_class() -> type:
@@ -133,6 +136,14 @@ def _loss_recorder_class() -> type:
             self.path = path
             self.by_step: dict[int, float] = {}
             self.step_ends: list[float] = []
+            self.held: gpulock.Held | None = None
+
+        def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+            # at the start of fit, before the model, optimizer and data reach the GPU: the training process's
+            # GPU work runs alone (certify/gpulock.py; the lock is let go when the process exits). Only here,
+            # in the training process: the worker that builds the recipe never calls it
+            if self.held is None:
+                self.held = gpulock.acquire()
 
         def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
             loss = loss_of(outputs, dict(trainer.callback_metrics))
@@ -143,7 +154,8 @@ def _loss_recorder_class() -> type:
         def on_train_end(self, trainer: Any, pl_module: Any) -> None:
             if trainer.is_global_zero:
                 Path(self.path).write_text(json.dumps({"losses": [self.by_step[k] for k in sorted(self.by_step)],
-                                                       "step_ends": self.step_ends}))
+                                                       "step_ends": self.step_ends,
+                                                       **gpulock.waited(self.held)}))
 
     LossRecorder.__module__, LossRecorder.__qualname__ = __name__, "LossRecorder"
     return LossRecorder
@@ -190,10 +202,12 @@ def build_recipe(run_dir: Path, steps: int, loss_path: Path) -> tuple[Any, dict[
 def executor_env() -> dict[str, str]:
     """The training process's environment additions: envbuilder on its path (it imports the callback), this
     interpreter's bin directory first on PATH (the local scheduler runs `torchrun` from PATH, and a venv used
-    without activating it has its torchrun there only) and the offline settings."""
+    without activating it has its torchrun there only), the GPU lock and the offline settings."""
     here = str(Path(__file__).resolve().parents[2])
     path = os.environ.get("PYTHONPATH", "")
-    return {**OFFLINE_ENV, "PYTHONPATH": here + (os.pathsep + path if path else ""), "PATH": bin_first_path()}
+    lock = {gpulock.ENV: os.environ[gpulock.ENV]} if os.environ.get(gpulock.ENV) else {}
+    return {**OFFLINE_ENV, **lock, "PYTHONPATH": here + (os.pathsep + path if path else ""),
+            "PATH": bin_first_path()}
 
 
 def bin_first_path() -> str:

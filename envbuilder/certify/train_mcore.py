@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from envbuilder.certify import gpulock
 from envbuilder.certify.data import batches
 
 
@@ -79,6 +80,7 @@ def main() -> None:
     from megatron.core.transformer.transformer_block import TransformerBlockSubmodules, get_num_layers_to_build
     from megatron.core.transformer.transformer_config import TransformerConfig
 
+    held = gpulock.acquire()  # before the first CUDA call: this worker's GPU work runs alone (certify/gpulock.py)
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     torch.cuda.set_device(local_rank)
     torch.distributed.init_process_group("nccl", device_id=torch.device("cuda", local_rank))
@@ -199,6 +201,7 @@ def main() -> None:
             "model": {"layers": a.layers, "hidden": a.hidden, "heads": a.heads, "seq": a.seq, "vocab": a.vocab,
                       "mbs": a.mbs, "num_microbatches": a.nmb},
             "max_memory_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2),
+            **gpulock.waited(held),
         }))
     torch.distributed.barrier()
     ps.destroy_model_parallel()

@@ -18,6 +18,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from envbuilder.certify import gpulock
 from envbuilder.certify.data import batches
 
 
@@ -70,6 +71,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1234)
     a = ap.parse_args()
 
+    # before the first CUDA call: this worker's GPU work runs alone (certify/gpulock.py)
+    held = gpulock.acquire() if a.device == "cuda" else None
     distributed = "RANK" in os.environ
     rank, world = 0, 1
     if distributed:
@@ -115,6 +118,7 @@ def main() -> None:
             "losses": losses, "tokens_per_s": tokens_per_s, "world_size": world,
             "layout": {"dp": world}, "model": {"layers": a.layers, "hidden": a.hidden, "heads": a.heads,
                                                "seq": a.seq, "vocab": a.vocab, "mbs": a.mbs},
+            **gpulock.waited(held),
         }))
     if distributed:
         dist.barrier()

@@ -186,3 +186,29 @@ def test_extension_modules_import_after_torch_and_unprovided_top_level_names_are
     assert import_check.statement("ext_cuda", {"ext_cuda"}) == "import torch; import ext_cuda"
     assert import_check.statement("extpkg", {"ext_cuda"}) == "import extpkg"
     assert {"ext_cuda": "extdist", "extpkg": "extdist"}.items() <= import_check.all_modules().items()
+
+
+
+
+def test_each_import_is_isolated_and_stdout_noise_or_a_hang_cannot_break_the_check(tmp_path: Path,
+                                                                                  monkeypatch: pytest.MonkeyPatch
+                                                                                  ) -> None:
+    """One forked child per module (certify/forkimport.py): what one module does to the interpreter is not seen
+    by the next, a module that prints at import does not corrupt the results, a hung one is killed (124)."""
+    from envbuilder.certify.level0 import import_each
+
+    site = tmp_path / "site"
+    site.mkdir()
+    _fake_dist(site, "certleak", "import sys\nsys.certleak = True\nprint('noise on stdout')\n")
+    _fake_dist(site, "certsees", "import sys\nassert not hasattr(sys, 'certleak'), 'saw another import'\n")
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    results, how = import_each(["import certleak", "import certsees", "import certmissing"], jobs=1)
+    assert how.startswith("forked per module")
+    assert [(s, rc) for s, rc, _ in results] == [("import certleak", 0), ("import certsees", 0),
+                                                 ("import certmissing", 1)]
+    assert "ModuleNotFoundError: No module named 'certmissing'" in results[2][2]
+    from envbuilder.certify import level0
+
+    monkeypatch.setattr(level0, "_IMPORT_TIMEOUT_S", 1)
+    hung, _ = import_each(["import time; time.sleep(60)", "x = 1"], jobs=2)
+    assert [rc for _, rc, _ in hung] == [124, 0] and "timed out after 1s" in hung[0][2]
