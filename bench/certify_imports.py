@@ -44,10 +44,9 @@ print(json.dumps({"seconds": time.monotonic() - t, "how": how, "modules": len(st
 def expectations(venv: Path, lock: Path, out: Path) -> Path:
     """The expectations file `envbuilder certify` writes for this lock (its packages, as uv exports them)."""
     from envbuilder.certify.certificate import Artifact
-    from envbuilder.certify.expectations import expectations_from_lock
-    from envbuilder.uvbin import uv_binary
+    from envbuilder.certify.expectations import expectations_from_lock, read_lock
 
-    exp = expectations_from_lock(lock, uv_bin=uv_binary(), matrices=REPO / "matrices",
+    exp = expectations_from_lock(read_lock(lock), matrices=REPO / "matrices",
                                  artifact=Artifact(kind="venv", ref=str(venv)))
     out.write_text(exp.to_json())
     return out

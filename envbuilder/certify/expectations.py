@@ -88,6 +88,13 @@ def framework_flags(packages: dict[str, str]) -> tuple[bool, bool]:
     return "nemo-toolkit" in packages, "megatron-bridge" in packages
 
 
+def unimportable_modules(matrices: Path, packages: dict[str, str], python: str) -> tuple[str, ...]:
+    """Modules of locked distributions that cannot import on this Python (matrices/unimportable.toml): the
+    imports check lists them apart instead of failing on them."""
+    return tuple(sorted(u.module for u in load_matrix(matrices).unimportable
+                        if u.package in packages and u.applies(packages[u.package], python)))
+
+
 def expectations_from_lock(lock: LockBinding, *, matrices: Path, artifact: Artifact,
                            python: str | None = None) -> Expectations:
     """What the environment is checked against, from a lock already opened and verified (read_lock)."""
@@ -109,6 +116,7 @@ def expectations_from_lock(lock: LockBinding, *, matrices: Path, artifact: Artif
             cuda=target.cuda if target else None, min_driver=target.min_driver if target else None,
             cxx11_abi=torch_cxx11_abi(matrices, torch_v), arch_list=arch),
         nemo_locked=nemo, mbridge_locked=mbridge,
+        skip_imports=unimportable_modules(matrices, packages, py),
         datasheet=datasheet(matrices),
         artifact=artifact,
     )

@@ -144,7 +144,8 @@ def check_imports(exp: Expectations, jobs: int | None = None, gpu_visible: bool 
                 needs_gpu[mod] = failed.pop(mod)
     checks = [CheckResult(
         "imports", 0, FAIL if failed else PASS,
-        {"modules": len(statements), "failed": failed, "needs_gpu": needs_gpu, "isolation": isolation}, thr,
+        {"modules": len(statements), "failed": failed, "needs_gpu": needs_gpu, "isolation": isolation,
+         **({"unimportable": sorted(exp.skip_imports)} if exp.skip_imports else {})}, thr,
         advice=(advise("\n".join(by_stmt[by_mod[m]][1] for m in failed))
                 or "a locked package does not import; read the error, then rebuild the environment")
         if failed else None,

@@ -44,6 +44,7 @@ from envbuilder.matrix.model import (
     ToolkitFile,
     TorchInfo,
     TransformerEngineInfo,
+    Unimportable,
 )
 from envbuilder.matrix.prebuilt import TORCH_KEYS, PrebuiltWheels
 from envbuilder.matrix.upstream_lock import UpstreamLock, load_extract
@@ -481,6 +482,15 @@ def _load_python_requirements(f: _File) -> list[PythonRequirement]:
     return out
 
 
+def _load_unimportable(f: _File) -> list[Unimportable]:
+    out = []
+    for i, row in enumerate(f.rows("module")):
+        out.append(Unimportable(**{k: str(_plain(f, "module", i, row, k, check)) for k, check in (
+            ("module", _check_str), ("package", _check_str), ("versions", _check_specifier),
+            ("python", _check_specifier), ("reason", _check_str), ("source", _check_str))}))
+    return out
+
+
 def _load_gpus(f: _File) -> list[Gpu]:
     out = []
     checks: dict[str, Check] = {"sm": _check_sm, "memory_gib": _check_number, "datacenter": _check_bool,
@@ -597,6 +607,7 @@ def load_matrix(directory: Path | None = None) -> Matrix:
     torch_f, te_f = opt("torch.toml"), opt("transformer_engine.toml")
     bp_f, pr_f, gpu_f = opt("build_packages.toml"), opt("python_requirements.toml"), opt("gpus.toml")
     wheels_f, toolkits_f = opt("prebuilt_wheels.toml"), opt("cuda_toolkits.toml")
+    unimportable_f = opt("unimportable.toml")
     return Matrix(
         releases=tuple(releases),
         cuda_releases=tuple(cuda),
@@ -609,4 +620,5 @@ def load_matrix(directory: Path | None = None) -> Matrix:
         gpus=tuple(_load_gpus(gpu_f)) if gpu_f else (),
         prebuilt_wheels=_load_prebuilt(wheels_f) if wheels_f else {},
         cuda_toolkits=_load_toolkits(toolkits_f) if toolkits_f else (),
+        unimportable=tuple(_load_unimportable(unimportable_f)) if unimportable_f else (),
     )

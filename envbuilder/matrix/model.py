@@ -359,6 +359,23 @@ class PythonRequirement:
 
 
 @dataclass(frozen=True)
+class Unimportable:
+    """A module a distribution ships that cannot import on Python `python` (matrices/unimportable.toml)."""
+
+    module: str
+    package: str
+    versions: str  # PEP 440 specifier on the package version
+    python: str  # PEP 440 specifier on the interpreter
+    reason: str
+    source: str
+
+    def applies(self, version: str, python: str) -> bool:
+        from packaging.specifiers import SpecifierSet
+
+        return version in SpecifierSet(self.versions) and python in SpecifierSet(self.python)
+
+
+@dataclass(frozen=True)
 class Gpu:
     name: str
     aliases: tuple[str, ...]
@@ -388,6 +405,7 @@ class Matrix:
     prebuilt_wheels: dict[tuple[str, str], PrebuiltWheels] = field(default_factory=dict)
     # compilers envbuilder can assemble, newest CUDA first (matrices/cuda_toolkits.toml)
     cuda_toolkits: tuple[CudaToolkit, ...] = ()
+    unimportable: tuple[Unimportable, ...] = ()
 
     def names(self, include_test: bool = False) -> list[str]:
         return [r.name for r in self.releases if include_test or not r.test_only]

@@ -212,3 +212,21 @@ def test_each_import_is_isolated_and_stdout_noise_or_a_hang_cannot_break_the_che
     monkeypatch.setattr(level0, "_IMPORT_TIMEOUT_S", 1)
     hung, _ = import_each(["import time; time.sleep(60)", "x = 1"], jobs=2)
     assert [rc for _, rc, _ in hung] == [124, 0] and "timed out after 1s" in hung[0][2]
+
+
+def test_modules_that_cannot_import_on_any_python3_are_listed_apart_with_a_cited_reason(
+        site_with_broken_module: Path) -> None:
+    """nemo-toolkit[all] brings attrdict 2.0.1 (collections.Mapping, gone in Python 3.10) and texterrors brings
+    plac, whose plac_tk imports the Python 2 Tkinter: matrices/unimportable.toml names them with the line that
+    breaks, the expectations skip them for the versions and Pythons checked, the check says so."""
+    from envbuilder.certify.expectations import unimportable_modules
+    from envbuilder.matrix import load_matrix
+
+    matrices = Path(__file__).resolve().parents[2] / "matrices"
+    for u in load_matrix(matrices).unimportable:
+        assert u.source.startswith("https://") and u.reason
+    assert unimportable_modules(matrices, {"attrdict": "2.0.1", "plac": "1.4.5"}, "3.11") == ("attrdict", "plac_tk")
+    assert unimportable_modules(matrices, {"attrdict": "2.0.1"}, "3.9") == ()  # imports there
+    assert unimportable_modules(matrices, {"attrdict": "2.0.0", "torch": "2.7.0"}, "3.12") == ()  # not checked
+    [c] = check_imports(Expectations(packages={"certok": "1.0", "certabi": "1.0"}, skip_imports=("certabi",)))
+    assert c.status == PASS and c.measured["unimportable"] == ["certabi"]
