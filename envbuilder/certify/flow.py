@@ -125,11 +125,19 @@ def _out_dir(output: Path | None, progress: Progress) -> Iterator[Path]:
 ENV_DIR = "from-environment"
 
 
-def _env_dir(stage: Path, t: Target) -> Path:
-    """The directory mounted where a container's output would go (private, 0700): the environment writes
-    nothing the host takes; the host writes and signs the certificate it read from the environment's stdout."""
-    d = stage / ENV_DIR
-    d.mkdir(mode=0o700)
+def _env_dir(stage: Path, in_dir: Path, t: Target) -> Path:
+    """The directory mounted where a container's output would go. The environment writes nothing the host
+    takes (the host writes and signs the certificate it read from the environment's stdout), so it is never
+    writable by others: private in the staging directory for a host target; for a container (which may run as
+    another uid, e.g. Apptainer as the user) a read-only-to-others directory beside the expectations, never
+    inside the directory that gets signed."""
+    if t.on_host:
+        d = stage / ENV_DIR
+        d.mkdir(mode=0o700)
+    else:
+        d = in_dir / ENV_DIR
+        d.mkdir(mode=0o755)
+        d.chmod(0o755)  # umask may have taken bits away
     return d
 
 
@@ -241,7 +249,7 @@ def certify_environment(opts: CertifyOptions, progress: Progress = lambda _m: No
         (in_dir / "expect.json").write_text(exp.to_json(), encoding="utf-8")
         in_dir.chmod(0o755)
         with _out_dir(output, progress) as stage:
-            env_dir = _env_dir(stage, t)
+            env_dir = _env_dir(stage, in_dir, t)
             exp_path, _ = t.inner_paths(in_dir, env_dir)
             args = _inner_args(opts, exp_path)
             rc, stdout = run_certify(t, args, in_dir, env_dir, gpus=opts.level >= 1 and not opts.cpu)
