@@ -24,6 +24,7 @@ from envbuilder import procs
 from envbuilder.atomic import guard_output_dir, held_tempdir, promote_dir, staging_dir, write_atomic
 from envbuilder.bundle.manifest import MANIFEST, BundleManifest, read_manifest
 from envbuilder.bundle.parts import PARTS_INDEX, extract_parts, read_index, verify_parts
+from envbuilder.bundle.runtime_hooks import RuntimeHook, write_runtime_hooks
 from envbuilder.errors import (
     BundleInvalidError,
     BundlePartMissingError,
@@ -143,6 +144,15 @@ def _wheelhouse_lines(wh: Path, stage2: list[str]) -> tuple[list[str], list[str]
     return lines, sorted(set(stage2) - set(house.names))
 
 
+def _runtime_hooks(venv: Path, record: LockRecord, sees_host_packages: bool) -> list[RuntimeHook]:
+    """The startup hooks this venv needs (bundle/runtime_hooks.py), from the TE version the lock pins."""
+    from envbuilder.matrix.load import load_matrix
+
+    te = record.pins.get("transformer-engine")
+    return write_runtime_hooks(venv, te.version if te else None, load_matrix().te_loads_pip_libraries_since,
+                               sees_host_packages)
+
+
 def run_install(opts: InstallOptions, progress: Progress = lambda _: None) -> InstallResult:
     t0 = time.monotonic()
     timings: dict[str, float] = {}
@@ -210,10 +220,14 @@ def run_install(opts: InstallOptions, progress: Progress = lambda _: None) -> In
             _run(cmd, tree / "lock", env, "uv pip install (offline)")
             timings["install"] = time.monotonic() - t
             installed = sorted(set(stage2) - set(missing))
+            hooks = _runtime_hooks(staging / "v", record, opts.system_site_packages)
+            for hook in hooks:
+                progress(f"runtime hook {hook.name}: {hook.reason}")
             write_atomic(staging / "v" / INSTALL_RECORD, json.dumps({  # the lock recomputed, not the manifest's word
                 "lock_sha256": record.lock_sha256, "row": record.row, "python": python,
                 "system_site_packages": opts.system_site_packages, "stage2_installed": installed,
-                "stage2_missing": missing}, indent=2, sort_keys=True) + "\n")
+                "stage2_missing": missing, "runtime_hooks": [h.to_dict() for h in hooks]},
+                indent=2, sort_keys=True) + "\n")
             shutil.copytree(tree / "lock", staging / "v" / "envbuilder-lock")
             # the stage-2 sdists stay beside the venv, so `envbuilder wheels --sdists` can build them
             # against this interpreter's torch later (a split bundle is unpacked only for the install)

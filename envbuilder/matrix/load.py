@@ -449,6 +449,13 @@ def _load_te(f: _File) -> dict[str, TransformerEngineInfo]:
     return out
 
 
+def _load_te_loader(f: _File) -> Fact | None:
+    rows = f.rows("loader")
+    if len(rows) > 1:
+        raise f.error("loader", 1, None, "more than one [[loader]] table", "keep one")
+    return _fact(f, "loader", 0, rows[0], "pip_libraries_since", _check_version) if rows else None
+
+
 BUILD_FACTS: dict[str, Check] = {
     "sdist_only": _check_bool, "imports_torch_at_build": _check_bool, "force_build_env": _check_str,
     "skip_cuda_build_env": _check_str, "prebuilt_wheel_url": _check_str, "requires_dist": _check_list,
@@ -620,5 +627,6 @@ def load_matrix(directory: Path | None = None) -> Matrix:
         gpus=tuple(_load_gpus(gpu_f)) if gpu_f else (),
         prebuilt_wheels=_load_prebuilt(wheels_f) if wheels_f else {},
         cuda_toolkits=_load_toolkits(toolkits_f) if toolkits_f else (),
+        te_loads_pip_libraries_since=_load_te_loader(te_f) if te_f else None,
         unimportable=tuple(_load_unimportable(unimportable_f)) if unimportable_f else (),
     )

@@ -405,6 +405,8 @@ class Matrix:
     prebuilt_wheels: dict[tuple[str, str], PrebuiltWheels] = field(default_factory=dict)
     # compilers envbuilder can assemble, newest CUDA first (matrices/cuda_toolkits.toml)
     cuda_toolkits: tuple[CudaToolkit, ...] = ()
+    # the first TE that loads the pip wheels' cuDNN and NVRTC libraries itself (transformer_engine.toml [[loader]])
+    te_loads_pip_libraries_since: Fact | None = None
     unimportable: tuple[Unimportable, ...] = ()
 
     def names(self, include_test: bool = False) -> list[str]:
