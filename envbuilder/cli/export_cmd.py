@@ -153,7 +153,7 @@ def inspect(file: Path, with_listing: bool, deep: bool, image: str | None, as_js
     # rewrite the terminal (or add a line) around this verdict
     console.print(styled("[bold]{}[/]  {}", report["path"], f"{report['format']}  {report['size']} bytes  "
                          f"checks: {report['checks']}"))
-    if report["format"] == "sif":
+    if report.get("header"):  # a format with a header of its own (SIF)
         for key, value in report["header"].items():
             console.print(f"  {key:20} {value!r}" if key == "launch" else f"  {key:20} {printable(value)}")
         console.print("  descriptors:")

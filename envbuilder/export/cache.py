@@ -25,6 +25,7 @@ from typing import Any
 from envbuilder import __version__, procs
 from envbuilder.atomic import write_atomic
 from envbuilder.canonical import sha256_file
+from envbuilder.export.formats import get_format
 from envbuilder.paths import cache_dir
 
 CACHE_VERSION = 1
@@ -67,7 +68,7 @@ def export_key(*, image_id: str, fmt: str, squash_args: list[str], source_date_e
         "cache_version": CACHE_VERSION, "envbuilder": __version__, "code": code_digest(),
         "image_id": image_id, "format": fmt, "squash_args": squash_args, "mksquashfs": mksquashfs, "feed": feed,
         "source_date_epoch": source_date_epoch, "lock_sha256": lock_sha256, "row": row,
-        "image_ref": image_ref if fmt == "sif" else "",
+        "image_ref": image_ref if get_format(fmt).carries_deffile else "",  # the definition file names it
     }
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
 

@@ -12,8 +12,9 @@ from pathlib import Path
 
 from envbuilder.atomic import run_tempdir
 from envbuilder.errors import ImageNotFoundError
-from envbuilder.export import conventions, image_source, verify
+from envbuilder.export import image_source, verify
 from envbuilder.export.flatten import LayerSource, merge_layers
+from envbuilder.export.formats import get_format
 from envbuilder.export.inspect import inspect_artifact
 from envbuilder.lock.record import LABEL_IMAGE_ID
 
@@ -36,7 +37,8 @@ def image_for(report: dict[str, object], image: str | None) -> str:
 def check_artifact_against_image(path: Path, image: str | None = None) -> verify.VerifyReport:
     report = inspect_artifact(path)
     ref = image_for(report, image)
-    offset = int(report["primary_partition"]["offset"]) if report["format"] == "sif" else 0
+    fmt = get_format(str(report["format"]))
+    offset = fmt.partition_offset(path)
     client = image_source.docker_client()
     img = image_source.get_image(client, ref)
     with run_tempdir("deep") as tmp:
@@ -44,10 +46,7 @@ def check_artifact_against_image(path: Path, image: str | None = None) -> verify
         image_source.spool_image(img, archive)
         with image_source.SavedImage(archive, ref, int(img.attrs.get("Size") or 0)) as saved:
             tree = merge_layers(LayerSource(saved.layers))
-            if report["format"] == "sqsh":
-                conventions.add_enroot_files(tree, saved.info)
-            else:
-                labels = {str(k): str(v) for k, v in dict(report.get("labels") or {}).items()}
-                conventions.add_singularity_files(tree, saved.info, labels, str(report.get("deffile") or ""))
+            labels = {str(k): str(v) for k, v in dict(report.get("labels") or {}).items()}
+            fmt.add_runtime_files(tree, saved.info, labels, str(report.get("deffile") or ""))
             expected = verify.tree_from_merged(tree)
     return verify.verify_artifact(path, expected, offset)

@@ -18,6 +18,7 @@ from envbuilder.errors import InvalidOptionError
 from envbuilder.export import conventions, sif, squashfs
 from envbuilder.export.flatten import MergedTree
 from envbuilder.export.image_source import ImageInfo
+from envbuilder.image.reference import ImageReference
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,17 @@ class ArtifactFormat(Protocol):
     @property
     def native_tool(self) -> str:
         """The site tool that makes this format from a Docker image (for --compare and the hint)."""
+
+    @property
+    def runtime(self) -> str:
+        """The container runtime the launch snippets run the artifact with."""
+
+    @property
+    def carries_deffile(self) -> bool:
+        """Whether the file embeds its definition file (which names the image reference it came from)."""
+
+    def runtime_image(self, ref: ImageReference) -> str:
+        """A pushed image as this format's runtime names it."""
 
     @property
     def launch_templates(self) -> dict[str, str]:
@@ -68,6 +80,8 @@ class SqshFormat:
     name: ClassVar[str] = "sqsh"
     default_squash_options: ClassVar[str] = squashfs.ENROOT_SQUASH_OPTIONS
     native_tool: ClassVar[str] = "enroot"
+    runtime: ClassVar[str] = "enroot"
+    carries_deffile: ClassVar[bool] = False
     launch_templates: ClassVar[dict[str, str]] = {
         "slurm-pyxis.sh.j2": ".slurm-pyxis.sh", "torchrun-multinode.sbatch.j2": ".torchrun-multinode.sbatch",
         "nemo-run.py.j2": ".nemo-run.py"}
@@ -88,6 +102,9 @@ class SqshFormat:
     def native_command(self, tool: str, output: Path, image: str) -> list[str]:
         return [tool, "import", "-o", str(output), f"dockerd://{image}"]
 
+    def runtime_image(self, ref: ImageReference) -> str:
+        return ref.pyxis  # REGISTRY#NAME@DIGEST
+
 
 @dataclass(frozen=True)
 class SifFormat:
@@ -96,6 +113,8 @@ class SifFormat:
     name: ClassVar[str] = "sif"
     default_squash_options: ClassVar[str] = squashfs.SIF_SQUASH_OPTIONS
     native_tool: ClassVar[str] = "apptainer"
+    runtime: ClassVar[str] = "apptainer"
+    carries_deffile: ClassVar[bool] = True
     launch_templates: ClassVar[dict[str, str]] = {
         "apptainer.sh.j2": ".apptainer.sh", "torchrun-multinode.sbatch.j2": ".torchrun-multinode.sbatch"}
 
@@ -118,6 +137,9 @@ class SifFormat:
 
     def native_command(self, tool: str, output: Path, image: str) -> list[str]:
         return [tool, "build", "--force", str(output), f"docker-daemon://{image}"]
+
+    def runtime_image(self, ref: ImageReference) -> str:
+        return ref.apptainer  # docker://REGISTRY/NAME@DIGEST
 
 
 FORMATS: dict[str, ArtifactFormat] = {f.name: f for f in (SqshFormat(), SifFormat())}

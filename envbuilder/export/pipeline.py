@@ -387,7 +387,7 @@ def _build_artifact(plan: ExportPlan, staging: _Staging, progress: Progress) -> 
         labels = artifact_labels(info, epoch, lock_sha, row)
         # a SIF carries its definition file; a sqsh does not, so for it the file is rendered for the side files
         # only, after mksquashfs has started
-        deffile = _deffile(opts.image, labels, info, row, lock_sha) if opts.fmt == "sif" else ""
+        deffile = _deffile(opts.image, labels, info, row, lock_sha) if plan.fmt.carries_deffile else ""
         job = BuildJob(plan.fmt, staging.tmp, staging.work, info, source, labels, deffile, epoch, lock_sha,
                        plan.squash_args, plan.processors, progress, warm_templates=opts.snippets)
         stats, feed, sha256 = _build(job, plan.feed)

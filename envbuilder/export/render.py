@@ -105,7 +105,8 @@ def render_launch(fmt: str, artifact: Path, params: LaunchParams) -> dict[str, s
     out: dict[str, str] = {}
     command = train_command(params.train_script)
     registry = ImageReference.parse(params.registry_image) if params.registry_image else None
-    for template, suffix in get_format(fmt).launch_templates.items():
+    form = get_format(fmt)
+    for template, suffix in form.launch_templates.items():
         out[suffix] = env.get_template(f"launch/{template}").render(
             format=fmt,
             artifact_name=artifact.name,
@@ -120,12 +121,12 @@ def render_launch(fmt: str, artifact: Path, params: LaunchParams) -> dict[str, s
             script_name=shlex.split(command)[0],
             train_words_py=repr(shlex.split(command)),
             rdzv_port=params.rdzv_port,
-            registry_image=shlex.quote(_runtime_spelling(fmt, registry)) if registry else "",
-            runtime="enroot" if fmt == "sqsh" else "apptainer",
+            registry_image=shlex.quote(form.runtime_image(registry)) if registry else "",
+            runtime=form.runtime,
         )
     return out
 
 
 def _runtime_spelling(fmt: str, ref: ImageReference) -> str:
     """The pushed image as the format's runtime names it: pyxis' REGISTRY#NAME@DIGEST, Apptainer's docker://."""
-    return ref.pyxis if fmt == "sqsh" else ref.apptainer
+    return get_format(fmt).runtime_image(ref)
