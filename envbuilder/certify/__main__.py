@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from envbuilder.certify import CERT_NAME, gpulock
+from envbuilder.certify.certificate import GpuFacts
 from envbuilder.certify.expect import Expectations, load_expectations
 from envbuilder.certify.pretrain import PRETRAIN_GROUPS, Planned, resolve
 from envbuilder.certify.result import FAIL, PASS, SKIPPED, CheckResult, Stopwatch
@@ -44,7 +45,7 @@ def log(msg: str) -> None:
 
 
 def run_checks(a: argparse.Namespace, exp: Expectations, workdir: Path
-               ) -> tuple[list[CheckResult], dict, str | None]:
+               ) -> tuple[list[CheckResult], GpuFacts, str | None]:
     from envbuilder.certify.gpu import gpu_facts
     from envbuilder.certify.pretrain import plan_level1
 
@@ -62,13 +63,13 @@ def run_checks(a: argparse.Namespace, exp: Expectations, workdir: Path
         torch_version: str | None = torch.__version__
     except Exception:
         torch_version = None
-    facts = gpu_facts() if torch_version else {"driver": None, "gpus": [], "count": 0}
+    facts = gpu_facts() if torch_version else GpuFacts()
     # Level 1 on a GPU: the training workers start now and import their stacks while this process runs
     # level 0 and its own GPU checks holding the GPU lock; then they run their GPU work one at a time
     # (certify/gpulock.py). Same checks, same steps and loss rule as one after another.
     planned: list[Planned] = []
     held = None
-    if a.level >= 1 and not a.cpu and facts["count"] > 0:
+    if a.level >= 1 and not a.cpu and facts.count > 0:
         lock = workdir / "gpu.lock"
         held = gpulock.acquire(str(lock))
         planned = plan_level1(exp, workdir, a.steps, [g for g in PRETRAIN_GROUPS if want(g)], lock)
@@ -81,15 +82,15 @@ def run_checks(a: argparse.Namespace, exp: Expectations, workdir: Path
 
 
 def _run_checks(a: argparse.Namespace, exp: Expectations, workdir: Path, want: Callable[[str], bool],
-                facts: dict, torch_version: str | None, planned: list[Planned], held: gpulock.Held | None
-                ) -> tuple[list[CheckResult], dict, str | None]:
+                facts: GpuFacts, torch_version: str | None, planned: list[Planned], held: gpulock.Held | None
+                ) -> tuple[list[CheckResult], GpuFacts, str | None]:
     from envbuilder.certify.gpu import check_arch, check_driver, check_gemm
     from envbuilder.certify.level0 import run_level0
 
     only = {g.strip() for g in a.only.split(",") if g.strip()} or None
     watch = Stopwatch()  # each check's duration; those a group timed itself keep their own
     checks = [watch.stamp(c) for c in run_level0(exp, only & {"drift", "imports", "torch-build"} if only else None,
-                                                 gpu_visible=facts["count"] > 0)]
+                                                 gpu_visible=facts.count > 0)]
     for c in checks:
         log(f"  {c.status:13s} {c.name}")
 
@@ -110,8 +111,8 @@ def _run_checks(a: argparse.Namespace, exp: Expectations, workdir: Path, want: C
             add(check_driver(exp, facts))
         if want("arch"):
             add(check_arch(exp, facts))
-        if facts["count"] == 0:
-            add(CheckResult("gpu", 1, FAIL, facts.get("error"), ">= 1 CUDA device visible to torch",
+        if facts.count == 0:
+            add(CheckResult("gpu", 1, FAIL, facts.error, ">= 1 CUDA device visible to torch",
                       advice="no GPU visible; fix: docker --gpus all / apptainer --nv, or use --cpu"))
         else:
             if want("kernels"):
@@ -128,7 +129,7 @@ def _run_checks(a: argparse.Namespace, exp: Expectations, workdir: Path, want: C
     if a.level >= 2:
         from envbuilder.certify.pretrain import run_parallel_variants
 
-        gpus = min(a.gpus or facts["count"], facts["count"])
+        gpus = min(a.gpus or facts.count, facts.count)
         if gpus < 2:
             add(CheckResult("gpu-count", 2, FAIL, gpus, ">= 2 GPUs for level 2",
                       advice="level 2 needs at least 2 visible GPUs"))

@@ -87,6 +87,23 @@ class GpuInfo:
 
 
 @dataclass(frozen=True)
+class GpuFacts:
+    """The GPUs torch sees and the driver NVML reports, as the checks and the certificate's host read them."""
+
+    driver: str | None = None
+    gpus: tuple[GpuInfo, ...] = ()
+    error: str | None = None        # why torch sees no GPU, when it sees none
+
+    @property
+    def count(self) -> int:
+        return len(self.gpus)
+
+    @property
+    def sms(self) -> list[str]:
+        return sorted({g.sm for g in self.gpus if g.sm})
+
+
+@dataclass(frozen=True)
 class CertHost:
     """The machine the checks ran on."""
 

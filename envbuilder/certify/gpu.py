@@ -9,6 +9,7 @@ from typing import Any
 
 from envbuilder.archlist import ArchList
 from envbuilder.canonical import version_tuple
+from envbuilder.certify.certificate import GpuFacts, GpuInfo
 from envbuilder.certify.expect import Expectations
 from envbuilder.certify.fatbin import fatbin_archs, runs_on
 from envbuilder.certify.result import FAIL, PASS, SKIPPED, CheckResult
@@ -46,25 +47,25 @@ def _driver_version() -> str | None:
     return None
 
 
-def gpu_facts() -> dict[str, Any]:
-    """{driver, gpus: [{name, sm, memory_gib}], count}; count 0 when torch sees no CUDA device."""
-    facts: dict[str, Any] = {"driver": _driver_version(), "gpus": [], "count": 0}
+def gpu_facts() -> GpuFacts:
+    """The driver, and every CUDA device torch sees (none when torch sees none: `error` says why)."""
+    driver = _driver_version()
     try:
         import torch
 
-        if torch.cuda.is_available():
-            for i in range(torch.cuda.device_count()):
-                p = torch.cuda.get_device_properties(i)
-                facts["gpus"].append({"name": p.name, "sm": f"{p.major}.{p.minor}",
-                                      "memory_gib": round(p.total_memory / 2**30, 1)})
-            facts["count"] = len(facts["gpus"])
+        if not torch.cuda.is_available():
+            return GpuFacts(driver)
+        gpus = []
+        for i in range(torch.cuda.device_count()):
+            p = torch.cuda.get_device_properties(i)
+            gpus.append(GpuInfo(p.name, f"{p.major}.{p.minor}", round(p.total_memory / 2**30, 1)))
+        return GpuFacts(driver, tuple(gpus))
     except Exception as exc:
-        facts["error"] = str(exc)[:200]
-    return facts
+        return GpuFacts(driver, error=str(exc)[:200])
 
 
-def check_driver(exp: Expectations, facts: dict[str, Any]) -> CheckResult:
-    drv, need = facts.get("driver"), exp.target.min_driver
+def check_driver(exp: Expectations, facts: GpuFacts) -> CheckResult:
+    drv, need = facts.driver, exp.target.min_driver
     thr = f">= {need}" if need else None
     if not drv:
         return CheckResult("driver", 1, FAIL, None, thr, advice="no NVIDIA driver answered (NVML/nvidia-smi); fix: "
@@ -93,8 +94,8 @@ def _arch_list(exp: Expectations) -> tuple[set[str], str]:
         return set(), "no arch list: no lock given and torch lists none"
 
 
-def check_arch(exp: Expectations, facts: dict[str, Any]) -> CheckResult:
-    sms = sorted({g["sm"] for g in facts.get("gpus", [])})
+def check_arch(exp: Expectations, facts: GpuFacts) -> CheckResult:
+    sms = facts.sms
     have, source = _arch_list(exp)
     missing = [s for s in sms if s not in have]
     wheels = installed_kernel_archs()
@@ -183,7 +184,7 @@ def _warm_up(torch: Any, seconds: float = 1.5) -> None:
     del a
 
 
-def check_gemm(exp: Expectations, facts: dict[str, Any]) -> CheckResult:
+def check_gemm(exp: Expectations, facts: GpuFacts) -> CheckResult:
     import torch
 
     _warm_up(torch)
@@ -191,7 +192,7 @@ def check_gemm(exp: Expectations, facts: dict[str, Any]) -> CheckResult:
     torch.cuda.empty_cache()
     probe = per_shape[f"{GEMM_SHAPES[0][0]}x{GEMM_SHAPES[0][1]}x{GEMM_SHAPES[0][2]}"]
     peak = max(per_shape.values())
-    name = facts["gpus"][0]["name"] if facts.get("gpus") else ""
+    name = facts.gpus[0].name if facts.gpus else ""
     sheet = exp.datasheet_tflops(name)
     measured: dict[str, Any] = {"probe_tflops": probe, "measured_peak_tflops": peak,
                                 "pct_of_measured_peak": round(100 * probe / peak, 1), "shapes": per_shape,

@@ -11,22 +11,20 @@ from typing import Any
 
 from envbuilder import __version__
 from envbuilder.certify import CERT_NAME, REPORT_NAME
-from envbuilder.certify.certificate import CERT_SCHEMA, Artifact, CertHost, Certificate, GpuInfo, summarize
+from envbuilder.certify.certificate import CERT_SCHEMA, Artifact, CertHost, Certificate, GpuFacts, summarize
 from envbuilder.certify.expect import Expectations
 from envbuilder.certify.lossrule import RULE_TEXT
 from envbuilder.certify.result import CheckResult, overall_status
 from envbuilder.certify.svgplot import loss_svg
 
 
-def build_certificate(exp: Expectations, facts: dict[str, Any], checks: list[CheckResult], level: int,
+def build_certificate(exp: Expectations, facts: GpuFacts, checks: list[CheckResult], level: int,
                       torch_version: str | None, timestamp: str | None = None) -> Certificate:
     return Certificate(
         schema=CERT_SCHEMA, envbuilder_version=__version__, level=level, status=overall_status(checks),
         lock_sha256=exp.lock_sha256, row=exp.row, expectations_sha256=exp.sha256,
         artifact=exp.artifact if exp.artifact is not None else Artifact(),
-        host=CertHost(facts.get("driver"), tuple(GpuInfo(g["name"], g.get("sm"), g.get("memory_gib"))
-                                                 for g in facts.get("gpus", [])),
-                      facts.get("count", 0), platform.python_version(), torch_version),
+        host=CertHost(facts.driver, facts.gpus, facts.count, platform.python_version(), torch_version),
         checks=list(checks), summary=summarize(checks), loss_rule=RULE_TEXT, created=timestamp or None,
         lock_name=exp.lock_name)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuilder.certify.certificate import Certificate
+from envbuilder.certify.certificate import Certificate, GpuFacts
 from envbuilder.certify.expect import Expectations, load_expectations
 from envbuilder.certify.result import PASS, CheckResult, Stopwatch, TimedChecks
 from envbuilder.errors import CertifyEnvironmentError, InputTooDeepError, InputTooLargeError, MalformedFileError
@@ -122,7 +122,7 @@ def test_a_certificate_of_an_overridden_lock_names_the_lock() -> None:
     exp = expectations_from_lock(lock, matrices=REPO / "matrices", artifact=Artifact("venv"))
     assert exp.row == "v2.7.3" and exp.lock_name == "v2.7.3+set-48412a9bd209"
     assert Expectations.from_json(exp.to_json()).lock_name == exp.lock_name
-    cert = build_certificate(exp, {"driver": None, "gpus": [], "count": 0}, [CheckResult("drift", 0, PASS)], 0, None)
+    cert = build_certificate(exp, GpuFacts(), [CheckResult("drift", 0, PASS)], 0, None)
     assert cert.name == "v2.7.3+set-48412a9bd209" and '"lock_name": "v2.7.3+set-48412a9bd209"' in cert.to_json()
     assert Certificate.from_json(cert.to_json()).to_json() == cert.to_json()
     # a lock without overrides is its row: no lock_name, the certificate keeps its bytes

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from envbuilder.certify import gpu
+from envbuilder.certify.certificate import GpuFacts, GpuInfo
 from envbuilder.certify.expect import Expectations, ExpectedTarget
 from envbuilder.certify.fatbin import fatbin_archs, runs_on
 from envbuilder.certify.result import FAIL, PASS
@@ -50,7 +51,7 @@ def test_runs_on(sass: set[int], ptx: set[int], sm: int, ok: bool) -> None:
 
 
 def test_arch_fails_for_a_kernel_package_without_the_gpu_sm(monkeypatch: pytest.MonkeyPatch) -> None:
-    facts = {"gpus": [{"name": "NVIDIA H100 80GB HBM3", "sm": "9.0"}]}  # fake: no GPU here
+    facts = GpuFacts(None, (GpuInfo("NVIDIA H100 80GB HBM3", "9.0"),))  # fake: no GPU here
     exp = Expectations(target=ExpectedTarget(arch_list="9.0"))
     monkeypatch.setattr(gpu, "installed_kernel_archs",
                         lambda: {"causal-conv1d": {"causal_conv1d_cuda.so": {"sass": {90}, "ptx": set()}}})

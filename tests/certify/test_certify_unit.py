@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuilder.certify.certificate import Artifact, Certificate
+from envbuilder.certify.certificate import Artifact, Certificate, GpuFacts, GpuInfo
 from envbuilder.certify.expect import DatasheetRate, Expectations, ExpectedTarget, load_expectations, normalize
 from envbuilder.certify.gpu import check_arch, check_driver
 from envbuilder.certify.level0 import check_drift, installed_versions, versions_match
@@ -98,15 +98,15 @@ def test_normalize_matches_uv_lock_names() -> None:
 
 def test_driver_check_compares_numerically() -> None:
     exp = Expectations(target=ExpectedTarget(min_driver="580.65.06"))
-    assert check_driver(exp, {"driver": "580.159.04"}).status == PASS    # 159 > 65, not string order
-    c = check_driver(exp, {"driver": "570.172.08"})
+    assert check_driver(exp, GpuFacts("580.159.04")).status == PASS    # 159 > 65, not string order
+    c = check_driver(exp, GpuFacts("570.172.08"))
     assert c.status == FAIL and "580.65.06" in (c.advice or "")
-    assert check_driver(exp, {"driver": None}).status == FAIL
-    assert check_driver(Expectations(), {"driver": "580.159.04"}).status == SKIPPED
+    assert check_driver(exp, GpuFacts(None)).status == FAIL
+    assert check_driver(Expectations(), GpuFacts("580.159.04")).status == SKIPPED
 
 
 def test_arch_check_names_the_missing_sm() -> None:
-    facts = {"gpus": [{"name": "NVIDIA H100 80GB HBM3", "sm": "9.0"}]}  # fake: no GPU here
+    facts = GpuFacts(None, (GpuInfo("NVIDIA H100 80GB HBM3", "9.0"),))  # fake: no GPU here
     assert check_arch(Expectations(target=ExpectedTarget(arch_list="8.0;9.0")), facts).status == PASS
     c = check_arch(Expectations(target=ExpectedTarget(arch_list="8.0;8.6")), facts)
     assert c.status == FAIL and "9.0" in (c.advice or "") and "--arch-list" in (c.advice or "")
@@ -159,7 +159,7 @@ def _checks(failing: bool = False) -> list[CheckResult]:
 
 
 def _cert(exp: Expectations, failing: bool = False, timestamp: str | None = None) -> Certificate:
-    facts = {"driver": "580.159.04", "gpus": [{"name": "NVIDIA H200", "sm": "9.0"}], "count": 1}  # fake
+    facts = GpuFacts("580.159.04", (GpuInfo("NVIDIA H200", "9.0"),))  # fake
     return build_certificate(exp, facts, _checks(failing), 2, "2.11.0", timestamp)
 
 
