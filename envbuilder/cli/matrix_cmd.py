@@ -160,9 +160,17 @@ def show(nemo: str | None, release: str | None, mbridge: str | None, as_json: bo
 @click.option("--draft", "draft_path", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Write the unverified draft entries (TOML) to this file for review.")
 @ca_bundle_option()
+@click.option("--derive-from", "derive_from", default=None, metavar="SOURCE",
+              help="Derive a row for each new Megatron-Bridge release from its tag in SOURCE (a git URL, clone "
+                   "or mirror), as `matrix derive` does; with --write, merge the rows into matrices/.")
+@click.option("--megatron-lm", default=None, metavar="SOURCE", help="With --derive-from: as `matrix derive`.")
+@click.option("--te", "te_source", default=None, metavar="SOURCE", help="With --derive-from: as `matrix derive`.")
+@click.option("--write", "write_rows", is_flag=True, help="With --derive-from: write the derived rows.")
 @json_option()
-def refresh_cmd(snapshot: Path | None, draft_path: Path | None, ca_bundle: Path | None, as_json: bool) -> None:
-    """Upstream releases newer than the matrix, with unverified draft entries; exit 83 when behind."""
+def refresh_cmd(snapshot: Path | None, draft_path: Path | None, ca_bundle: Path | None, derive_from: str | None,
+                megatron_lm: str | None, te_source: str | None, write_rows: bool, as_json: bool) -> None:
+    """Upstream releases newer than the matrix, with unverified draft entries (and, with --derive-from, rows
+    derived from each new Megatron-Bridge release); exit 83 when behind."""
     from rich.table import Table
 
     from envbuilder.matrix.refresh import WATCHED, fetch_snapshot, load_snapshot, refresh
@@ -181,6 +189,12 @@ def refresh_cmd(snapshot: Path | None, draft_path: Path | None, ca_bundle: Path 
     result = refresh(m, snap, source)
     if draft_path is not None and result.draft:
         write_atomic(draft_path, result.draft)
+    if write_rows and derive_from is None:
+        raise InvalidOptionError("--write writes the rows --derive-from derives", "add --derive-from SOURCE")
+    derived: list[dict[str, Any]] = []
+    if derive_from is not None:
+        derived = _derive_new(result.new, derive_from, megatron_lm, te_source, snapshot, ca_bundle, write_rows,
+                              lambda msg: console.print(msg, markup=False))
     behind = None
     if result.behind:
         packages = sorted({n.package for n in result.new})
@@ -189,7 +203,7 @@ def refresh_cmd(snapshot: Path | None, draft_path: Path | None, ca_bundle: Path 
                                    "review the draft (--draft FILE), confirm each fact, and add the rows")
     if as_json:
         # one JSON document: the report, with the error when behind (the exit code says it too)
-        emit_json({**result.to_dict(), "error": behind.to_dict() if behind else None})
+        emit_json({**result.to_dict(), "derived": derived, "error": behind.to_dict() if behind else None})
         if behind is not None:
             console.print(f"error: {behind.cause}", markup=False)
             raise SystemExit(behind.exit_code)
@@ -200,8 +214,30 @@ def refresh_cmd(snapshot: Path | None, draft_path: Path | None, ca_bundle: Path 
     stdout_console().print(table)
     if draft_path is not None and result.draft:
         console.print(f"draft written to {draft_path} (unverified)")
+    for d in derived:
+        console.print(f"megatron-bridge {d['version']}: " + (
+            f"row {d['release']}" + (" written" if write_rows else " derived (not written: no --write)")
+            if d["release"] else f"not derived ({d['error']['cause'] if d['error'] else ''})"), markup=False)
     if behind is not None:
         raise behind
+
+
+def _derive_new(new: list[Any], source: str, megatron_lm: str | None, te: str | None, snapshot: Path | None,
+                ca_bundle: Path | None, write: bool, progress: Callable[[str], None]) -> list[dict[str, Any]]:
+    """Rows for the new final Megatron-Bridge releases (the drift job's rows, not lists)."""
+    from envbuilder.matrix.release_source import derive_new
+    from envbuilder.matrix.rows_file import write_derived
+    from envbuilder.paths import matrices_dir
+
+    versions = [n.version for n in new if n.package == "megatron-bridge"]
+    out = []
+    for outcome in derive_new(versions, source, megatron_lm, te, snapshot, ca_bundle, progress):
+        entry = outcome.to_dict()
+        if outcome.row is not None and write:
+            entry["written"] = [str(p) for p in write_derived(matrices_dir(), outcome.row)]
+            progress(f"megatron-bridge {outcome.version}: wrote row {outcome.row.release}")
+        out.append(entry)
+    return out
 
 
 @matrix.command("derive")

@@ -394,3 +394,33 @@ def refuse_nemo(tag: str, source: str | None) -> None:
             "deriving NeMo rows is not implemented (the tag has the files; open an issue)"),
         "keep the curated NeMo row (matrices/nemo.toml)", file=missing[0] if missing else None, field="nemo",
         ref=tag)
+
+
+@dataclass
+class DeriveOutcome:
+    """One new Megatron-Bridge release that `matrix refresh --derive-from` tried to derive."""
+
+    version: str
+    row: DerivedRow | None = None
+    error: dict[str, object] | None = None  # EnvbuilderError.to_dict() when it could not be derived
+
+    def to_dict(self) -> dict[str, object]:
+        return {"version": self.version, "release": self.row.release if self.row else None, "error": self.error}
+
+
+def derive_new(versions: list[str], source: str, megatron_lm: str | None = None, te: str | None = None,
+               snapshot: Path | None = None, ca_bundle: Path | None = None,
+               progress: Progress = lambda _: None) -> list[DeriveOutcome]:
+    """Derive a row for each new Megatron-Bridge release; one that cannot be derived yet (no tag, no
+    container in docs/versions1.json) is reported, not fatal: the next run derives it."""
+    from envbuilder.errors import EnvbuilderError
+
+    out = []
+    for version in versions:
+        try:
+            out.append(DeriveOutcome(version, derive_release(version, source, megatron_lm, te, snapshot, None,
+                                                             ca_bundle, progress)))
+        except EnvbuilderError as exc:
+            progress(f"megatron-bridge {version}: not derived: {exc.cause}")
+            out.append(DeriveOutcome(version, error=exc.to_dict()))
+    return out

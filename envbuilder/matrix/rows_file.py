@@ -5,7 +5,8 @@ What a person wrote into a derived row survives a re-derivation: a fact whose st
 (a correction typed in by hand) wins over the derived one, and notes, overrides, drops and
 cutoffs without `status = "derived"` are kept. The new matrix is loaded from a scratch copy of
 the matrices directory before anything is written, so a row that does not validate never lands;
-then the upstream-lock extract and the rows file are each replaced atomically.
+then the upstream-lock extract and the rows file are each replaced atomically. A new row gets a note
+naming the fixes a person added to the row before it, which no derivation can know.
 """
 
 from __future__ import annotations
@@ -124,6 +125,33 @@ def keep_curated(row: DerivedRow, old: dict[str, Any] | None) -> DerivedRow:
                    exclude_newer_package=cutoffs, notes=notes)
 
 
+def _previous_row(text: str, release: str) -> dict[str, Any] | None:
+    """The row of the release before this one (the nearest smaller key)."""
+    earlier = sorted((k, b) for b in _blocks(text)[1] if (k := _key(b)) < release)
+    if not earlier:
+        return None
+    rows: list[dict[str, Any]] = tomllib.loads(earlier[-1][1])["release"]
+    return rows[0]
+
+
+def inherited_fixes_note(row: DerivedRow, previous: dict[str, Any] | None) -> DerivedRow:
+    """A derived row cannot know the fixes a person added to the rows before it (26.04-26.08's cuBLAS
+    override): name those it lacks in a note, so the review of the drift job's pull request sees them."""
+    if previous is None:
+        return row
+    have = {o.requirement for o in row.override_dependencies} | {d.package for d in row.drop_packages}
+    fixes = [fix for key in ("override_dependencies", "drop_packages") for e in previous.get(key, [])
+             if isinstance(e, dict) and e.get("status", CURATED) != DERIVED
+             and (fix := str(e.get("requirement") or e.get("package"))) not in have]
+    if not fixes:
+        return row
+    name = str(previous.get("release"))
+    note = Note("warn", f"The previous row, {name}, carries fixes a person added that no derivation can know: "
+                        f"{', '.join(fixes)}. Review whether they apply to this row and copy them (status curated); "
+                        "until then this row locks without them.", f"matrices/{ROWS_FILE} (row {name})", DERIVED)
+    return replace(row, notes=[*row.notes, note])
+
+
 def merged_text(existing: str | None, row: DerivedRow) -> str:
     """The rows file with `row` in place (replacing the row with its key), rows sorted by release."""
     header, blocks = _blocks(existing) if existing else (HEADER, [])
@@ -141,6 +169,7 @@ def write_derived(matrices: Path, row: DerivedRow) -> tuple[Path, Path]:
     rows_path = matrices / ROWS_FILE
     existing = rows_path.read_text(encoding="utf-8") if rows_path.exists() else None
     row = keep_curated(row, _old_row(existing, row.release) if existing else None)
+    row = inherited_fixes_note(row, _previous_row(existing, row.release) if existing else None)
     text = merged_text(existing, row)
     extract_path = matrices / row.extract_file
     extract = row.upstream_lock.to_toml()

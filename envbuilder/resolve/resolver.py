@@ -135,20 +135,26 @@ def _forced_requirements(row: Release, req: ResolveRequest, warnings: list[str],
 
     --mode host-torch keeps the interpreter's torch and the CUDA libraries it brings, so an
     override of one of those cannot take effect: the user is told what to fix in that interpreter.
+    The others (urllib3, cryptography) install into the lock's venv as in every mode.
     """
+    applied = list(row.override_dependencies)
     if req.mode.on_interpreter:
         ht = req.host_torch
+        kept = set(ht.present if ht else ()) | {"torch"}
+        applied = []
         for o in row.override_dependencies:
-            warnings.append(
-                f"{row.label} needs {o.requirement}, which --mode host-torch cannot install: the interpreter's torch "
-                f"{ht.torch if ht else ''} brings its own {o.package}. {o.text} Fix: in that interpreter, "
-                f"pip install '{o.requirement}', or preload a newer build of the library (LD_PRELOAD).")
-        return ()
-    for o in row.override_dependencies:
+            if o.package in kept or o.package.startswith(("nvidia-", "cuda-")):
+                warnings.append(
+                    f"{row.label} needs {o.requirement}, which --mode host-torch cannot install: the interpreter's "
+                    f"torch {ht.torch if ht else ''} brings its own {o.package}. {o.text} Fix: in that interpreter, "
+                    f"pip install '{o.requirement}', or preload a newer build of the library (LD_PRELOAD).")
+            else:
+                applied.append(o)
+    for o in applied:
         provenance[o.package] = f"{_prov(row, 'override_dependencies')} ({o.requirement})"
         notes.append(Note("info", f"The lock overrides every pin of {o.package} with {o.requirement}: {o.text}",
                           o.source))
-    return tuple(o.requirement for o in row.override_dependencies)
+    return tuple(o.requirement for o in applied)
 
 
 def _check_overrides(req: ResolveRequest) -> dict[str, str]:

@@ -29,7 +29,9 @@ from envbuilder.audit.severity import Threshold
 from envbuilder.errors import AuditDatabaseError, InputTooLargeError, NetworkError
 
 REPO = Path(__file__).resolve().parents[2]
-LOCK = REPO / "locks" / "v2.3.0"
+# the v2.3.0 lock as committed before its security overrides (main at 1b77323: urllib3 1.26.20, cryptography
+# 42.0.8); locks/v2.3.0 now takes the fixed releases, tests/lock/test_lock_security.py
+LOCK = REPO / "tests" / "audit" / "data" / "lock-v2.3.0"
 
 
 @dataclass

@@ -17,7 +17,8 @@ from envbuilder.errors import SbomError
 from envbuilder.image.sbom import build_sbom
 
 REPO = Path(__file__).resolve().parents[2]
-LOCK = REPO / "locks" / "v2.3.0"
+# the v2.3.0 lock as committed before its security overrides (urllib3 1.26.20, cryptography 42.0.8)
+LOCK = REPO / "tests" / "audit" / "data" / "lock-v2.3.0"
 DB = REPO / "tests" / "audit" / "data" / "osv"
 
 

@@ -44,7 +44,8 @@ def _step(tmp: Path, *extra: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_step_writes_the_report_and_fails_the_row_only_when_asked(tmp_path: Path) -> None:
-    shutil.copytree(REPO / "locks" / "v2.3.0", tmp_path / "locks" / "v2.3.0")
+    # the v2.3.0 lock as committed before its security overrides (urllib3 1.26.20, cryptography 42.0.8)
+    shutil.copytree(REPO / "tests" / "audit" / "data" / "lock-v2.3.0", tmp_path / "locks" / "v2.3.0")
     ok = _step(tmp_path)
     assert ok.returncode == 0, ok.stderr
     report = json.loads((tmp_path / "out" / "v2.3.0" / "audit.json").read_text())

@@ -224,7 +224,7 @@ def test_dashboard_shows_each_rows_audit_escaped(tmp_path: Path) -> None:
 
     from envbuilder.audit import AuditOptions, OfflineDatabase, Threshold, run_audit
 
-    lock = REPO / "locks" / "v2.3.0"
+    lock = REPO / "tests" / "audit" / "data" / "lock-v2.3.0"  # before its security overrides: findings to show
     audit = run_audit(AuditOptions(lock, OfflineDatabase.open(REPO / "tests" / "audit" / "data" / "osv"),
                                    Threshold.parse("high")))
     hostile = replace(audit.findings[0], id='X"><script>alert(1)</script>', summary="<img src=x onerror=alert(2)>")

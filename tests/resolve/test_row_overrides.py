@@ -52,23 +52,28 @@ def test_hermetic_lock_overrides_torchs_cublas_pin(m: Matrix, row: str) -> None:
     assert not any("nvidia-cublas" in w for w in res.warnings)
 
 
-def test_rows_without_overrides_render_none(m: Matrix) -> None:
+def test_nemo_rows_carry_upstreams_security_overrides_only(m: Matrix) -> None:
     res = resolve(m, ResolveRequest(row="v2.7.0"))
-    assert res.override_dependencies == () and "nvidia-cublas" not in res.provenance
-    assert "override-dependencies" not in _uv(m, ResolveRequest(row="v2.7.0"))
+    assert res.override_dependencies == (URLLIB3, "cryptography>=43.0.0,<47") and "nvidia-cublas" not in res.provenance
+    assert _uv(m, ResolveRequest(row="v2.7.0"))["override-dependencies"] == [URLLIB3, "cryptography>=43.0.0,<47"]
+    # NeMo 2.0/2.1 lock no nemo-run: no cryptography cap to set aside, only urllib3's fix
+    assert resolve(m, ResolveRequest(row="v2.0.0")).override_dependencies == (URLLIB3,)
 
 
 def test_host_torch_cannot_override_the_interpreters_cublas_and_says_how_to_fix(m: Matrix) -> None:
     req = ResolveRequest(row="26.04", row_option="release", mode="host-torch", host_torch=GPU_HOST)
     res = resolve(m, req)
-    assert res.override_dependencies == ()
+    # the interpreter's torch brings its cuBLAS; upstream's urllib3 fix installs into the venv as always
+    assert CUBLAS not in res.override_dependencies and URLLIB3 in res.override_dependencies
+    assert not any("urllib3" in w and "cannot install" in w for w in res.warnings)
     warning = next(w for w in res.warnings if "nvidia-cublas" in w)
     assert "torch 2.11.0+cu130 brings its own nvidia-cublas" in warning
     assert f"pip install '{CUBLAS}'" in warning and "LD_PRELOAD" in warning
     overrides = _uv(m, req)["override-dependencies"]
-    assert CUBLAS not in overrides
+    assert CUBLAS not in overrides and URLLIB3 in overrides
     # what the interpreter has is never installed, and the row's dropped package stays out too
-    assert overrides == ["torch; sys_platform == 'never'", "triton; sys_platform == 'never'", NEVER_EO]
+    assert overrides[:2] == ["torch; sys_platform == 'never'", "triton; sys_platform == 'never'"]
+    assert NEVER_EO in overrides
 
 
 def test_ngc_base_keeps_the_container_torch_drops_and_overrides(m: Matrix) -> None:
@@ -112,23 +117,27 @@ def test_loader_rejects_a_bad_override_and_a_bad_glibc(tmp_path: Path) -> None:
     assert "is not a glibc version" in exc.value.cause
 
 
+SECURITY_CUTOFFS = {"cryptography": "2026-02-10T19:19:00Z", "urllib3": "2026-01-07T16:25:00Z"}
 ONE_LOGGER = ("nv-one-logger-core", "nv-one-logger-pytorch-lightning-integration", "nv-one-logger-training-telemetry")
 
 
 def test_v2_5_1_takes_one_logger_past_its_yanked_release(m: Matrix) -> None:
     """nemo-toolkit 2.5.1 needs nv-one-logger-* >= 2.3.0; 2.3.0 is yanked and 2.3.1 came after the cutoff."""
     res = resolve(m, ResolveRequest(row="v2.5.1"))
-    assert res.exclude_newer_package == tuple((p, "2025-10-30T00:00:00Z") for p in ONE_LOGGER)
-    assert res.exclude_newer == "2025-10-29T00:00:00Z" and res.latest_cutoff == "2025-10-30T00:00:00Z"
+    # the security fixes' own cutoffs (urllib3 2.6.3, cryptography 46.0.5) come beside the one-logger's
+    assert res.exclude_newer_package == (("cryptography", SECURITY_CUTOFFS["cryptography"]),
+                                         *((p, "2025-10-30T00:00:00Z") for p in ONE_LOGGER),
+                                         ("urllib3", SECURITY_CUTOFFS["urllib3"]))
+    assert res.exclude_newer == "2025-10-29T00:00:00Z" and res.latest_cutoff == SECURITY_CUTOFFS["cryptography"]
     uv = tomllib.loads(render_pyproject(res, m))["tool"]["uv"]
     assert uv["exclude-newer"] == "2025-10-29T00:00:00Z"
-    assert uv["exclude-newer-package"] == {p: "2025-10-30T00:00:00Z" for p in ONE_LOGGER}
+    assert uv["exclude-newer-package"] == {**{p: "2025-10-30T00:00:00Z" for p in ONE_LOGGER}, **SECURITY_CUTOFFS}
     for p in ONE_LOGGER:
         assert res.provenance[p] == "matrix:nemo.toml#v2.5.1.exclude_newer_package (2025-10-30T00:00:00Z)"
         note = next(n for n in res.notes if n.text.startswith(f"{p} may be newer"))
         assert "yanked" in note.text and f"https://pypi.org/project/{p}/#history" in note.source
-    # rows without exceptions render none, and their cutoff is the row's
-    other = resolve(m, ResolveRequest(row="v2.5.2"))
+    # rows whose cutoff is after the fixes' need no exception, and their cutoff is the row's
+    other = resolve(m, ResolveRequest(row="v2.7.0"))
     assert other.latest_cutoff == other.exclude_newer and "exclude-newer-package" not in render_pyproject(other, m)
 
 
@@ -157,7 +166,7 @@ def test_matrix_show_names_the_rows_glibc_and_fixes() -> None:
     assert "CVE-2026-21441" in fixes[URLLIB3]["text"] and fixes[URLLIB3]["status"] == "derived"
     r251 = show("--nemo", "v2.5.1")
     assert r251["glibc"] == "2.35" and r251["sources"]["glibc"].startswith("envbuilder default")
-    assert sorted(c["package"] for c in r251["exclude_newer_package"]) == sorted(ONE_LOGGER)
+    assert sorted(c["package"] for c in r251["exclude_newer_package"]) == sorted([*ONE_LOGGER, *SECURITY_CUTOFFS])
 
 
 def test_hermetic_lock_on_another_cuda_major_than_the_container_warns_with_the_opt_in(m: Matrix) -> None:
