@@ -102,3 +102,7 @@ EXPORT_COMPRESSIONS = ("zstd", "lz4", "lzo", "gzip", "none")
 EXPORT_LAYER_SOURCES = ("auto", "storage", "save")
 # how mksquashfs gets the merged tree: a read-only overlay mount of the layers, or a tar on stdin
 EXPORT_FEEDS = ("auto", "mount", "tar")
+
+#: --cache / --publish: the shared kernel-wheel cache's URL schemes (file: a directory or shared filesystem;
+#: oci / oci+http: a registry over TLS / plain HTTP; http / https: a read-only PEP 503 index)
+WHEEL_CACHE_SCHEMES = ("file", "oci", "oci+http", "http", "https")

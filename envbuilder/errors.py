@@ -335,7 +335,8 @@ class CudaToolkitError(EnvbuilderError):
 
 
 class HashMismatchError(EnvbuilderError):
-    """bundle / install: a file or part does not have the sha256 its manifest or uv.lock names."""
+    """bundle / install: a file or part does not have the sha256 its manifest or uv.lock names; --cache: a wheel
+    a shared cache served is not the bytes its signed entry names (a tampered or damaged blob)."""
 
     exit_code = 65
     kind = "hash-mismatch"
@@ -593,6 +594,42 @@ class OverlayFeedError(EnvbuilderError):
 
     exit_code = 112
     kind = "overlay-feed-refused"
+
+
+class WheelCacheUnsignedError(EnvbuilderError):
+    """--cache: an entry of the shared wheel cache has no signature (and --trust-unsigned was not given)."""
+
+    exit_code = 113
+    kind = "wheel-cache-unsigned"
+
+
+class WheelCacheSignatureError(EnvbuilderError):
+    """--cache: an entry's signature is by no trusted key, or its signed statement is not the entry asked for."""
+
+    exit_code = 114
+    kind = "wheel-cache-signature"
+
+
+class WheelCacheAuthError(EnvbuilderError):
+    """--cache / --publish: the registry refused the credentials (or asked for some and none were given)."""
+
+    exit_code = 115
+    kind = "wheel-cache-auth"
+
+
+class WheelCacheUnreachableError(EnvbuilderError):
+    """--publish: the shared wheel cache cannot be reached (a reader falls back to building and says so)."""
+
+    exit_code = 116
+    kind = "wheel-cache-unreachable"
+
+
+class WheelCachePublishError(EnvbuilderError):
+    """--publish: an upload failed or was cut off, or the cache is read-only; no entry was written."""
+
+    exit_code = 117
+    kind = "wheel-cache-publish"
+
 
 
 class GitSourceUnavailableError(EnvbuilderError):

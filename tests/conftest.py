@@ -273,3 +273,17 @@ def bundle_master(tmp_path_factory: pytest.TempPathFactory, http_server: Any) ->
                               cwd=REPO, check=False, timeout=600)
         assert proc.returncode == 0, proc.stderr
     return out
+
+
+# --- CUDA tools without a GPU ---------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def cuda_home() -> Path:
+    """nvcc and cuobjdump from NVIDIA's PyPI wheels (scripts/cuda-tools.sh, cached under build/): the toolkit
+    root (bin/nvcc, bin/cuobjdump). Compiles for any arch; runs nothing on a GPU."""
+    if shutil.which("g++") is None:
+        pytest.fail("g++ is missing: run scripts/setup-host.sh (nvcc needs a host compiler)")
+    proc = subprocess.run(["bash", str(REPO / "scripts" / "cuda-tools.sh"), str(REPO / "build" / "cuda-tools" /
+                                                                              "13.2.86")],
+                          capture_output=True, text=True, timeout=1800, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return Path(proc.stdout.strip().splitlines()[-1])

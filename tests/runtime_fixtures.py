@@ -295,6 +295,8 @@ http:
     certificate: {dir}/server.crt
     key: {dir}/server.key
 auth:
+{auth}"""
+HTPASSWD_AUTH = """\
   htpasswd:
     realm: envbuilder-test
     path: {dir}/htpasswd
@@ -344,6 +346,16 @@ def make_test_ca(d: Path, hosts: tuple[str, ...] = ("localhost", "127.0.0.1")) -
     return paths
 
 
+def _system_ca_bundle() -> bytes:
+    import ssl
+
+    paths = ssl.get_default_verify_paths()
+    for candidate in (os.environ.get("SSL_CERT_FILE"), paths.cafile, "/etc/ssl/certs/ca-certificates.crt"):
+        if candidate and Path(candidate).is_file():
+            return Path(candidate).read_bytes()
+    return b""
+
+
 class _Daemon:
     """One server process in its own session, its output in DIR/NAME.out, its pid recorded for reaping."""
 
@@ -381,7 +393,9 @@ class RegistryServer:
     The interface the tests use:
       host          "localhost:PORT" (the name the TLS certificate is issued for)
       url           "https://localhost:PORT" (the /v2/ API under it)
-      ca_file       the test CA's PEM certificate: pass it as --ca-bundle (or SSL_CERT_FILE)
+      ca_file       the test CA's PEM certificate alone
+      ca_bundle     the system's CA bundle plus the test CA: pass it as --ca-bundle (or SSL_CERT_FILE) where the same
+                    command also reaches PyPI through the TLS-intercepting proxy
       username, password   htpasswd (bcrypt) credentials; anything else gets 401
       storage       the registry's filesystem storage root (tests may tamper with blobs under it)
       ref(repo, tag)  "localhost:PORT/REPO:TAG", an image reference for `docker push` / `build --push`
@@ -408,6 +422,8 @@ class RegistryServer:
         self.password = secrets.token_urlsafe(18)
         self.storage = d / "storage"
         self.ca_file, _, _ = make_test_ca(d)
+        self.ca_bundle = d / "ca-bundle.pem"
+        self.ca_bundle.write_bytes(_system_ca_bundle() + b"\n" + self.ca_file.read_bytes())
         self._certs_d: Path | None = None
         self.daemon: _Daemon | None = None
 
@@ -417,10 +433,14 @@ class RegistryServer:
         hashed = subprocess.run(["htpasswd", "-Bbn", self.username, self.password], capture_output=True, text=True,
                                 check=True).stdout
         (d / "htpasswd").write_text(hashed)
-        (d / "config.yml").write_text(REGISTRY_CONFIG.format(dir=d, port=self.port))
+        (d / "config.yml").write_text(REGISTRY_CONFIG.format(dir=d, port=self.port, auth=self.auth_config()))
         self.daemon = _Daemon(d, "registry", ["docker-registry", "serve", str(d / "config.yml")])
         self.daemon.wait_listening(self.port, "docker-registry")
         self._trust_in_docker()
+
+    def auth_config(self) -> str:
+        """The config's `auth:` block (htpasswd here; a subclass may configure token auth)."""
+        return HTPASSWD_AUTH.format(dir=self.dir)
 
     def _trust_in_docker(self) -> None:
         import shutil

@@ -37,7 +37,7 @@ LAYERS: dict[str, float] = {
     "__init__": 0, "errors": 0, "atomic": 0, "console": 0, "paths": 0, "troubleshoot": 0, "canonical": 0,
     "choices": 0, "procs": 0, "uvbin": 0, "templating": 0, "toml_cache": 0, "jsonread": 0, "safetext": 0, "progress": 0,
     "archlist": 0,
-    "dsse": 0,
+    "dsse": 0, "tls": 0,
 }
 # certify's host-side helpers; every other certify module runs inside the environment
 CERTIFY_HOST_SIDE = {"expectations", "runner", "verify", "sign", "flow"}

@@ -22,6 +22,7 @@ from packaging.utils import canonicalize_name
 
 from envbuilder import procs
 from envbuilder.atomic import guard_output_dir, held_tempdir, promote_dir, staging_dir, write_atomic
+from envbuilder.bundle.cached import CacheInstall, requirement_lines, stage2_from_cache, summary
 from envbuilder.bundle.manifest import MANIFEST, BundleManifest, read_manifest
 from envbuilder.bundle.parts import PARTS_INDEX, extract_parts, read_index, verify_parts
 from envbuilder.bundle.runtime_hooks import RuntimeHook, write_runtime_hooks
@@ -57,6 +58,7 @@ class InstallOptions:
     system_site_packages: bool = False
     wheelhouse: Path | None = None        # stage-2 wheels built elsewhere (overrides the bundle's)
     skip_stage2: bool = False
+    cache: CacheInstall | None = None     # stage 2 from a shared wheel cache (a miss is built here)
 
 
 @dataclass
@@ -68,10 +70,12 @@ class InstallResult:
     stage2_missing: list[str]
     seconds: float
     timings: dict[str, float] = field(default_factory=dict)
+    stage2_wheels: list[dict[str, Any]] = field(default_factory=list)  # --cache: each wheel and where it came from
 
     def to_dict(self) -> dict[str, Any]:
         return {"venv": str(self.venv), "lock_sha256": self.lock_sha256, "packages": self.packages,
-                "stage2": self.stage2, "stage2_missing": self.stage2_missing, "seconds": round(self.seconds, 3),
+                "stage2": self.stage2, "stage2_missing": self.stage2_missing,
+                "stage2_wheels": self.stage2_wheels, "seconds": round(self.seconds, 3),
                 "timings": {k: round(v, 3) for k, v in sorted(self.timings.items())}}
 
 
@@ -189,11 +193,15 @@ def run_install(opts: InstallOptions, progress: Progress = lambda _: None) -> In
         # a prebuilt wheel replaces its sdist: hash-pinned to the wheel the bundle recorded
         reqs += "".join(f"{(tree / 'files' / pb.wheel).resolve()} --hash=sha256:{pb.sha256}\n"
                         for pb in manifest.prebuilt)
-        wh = opts.wheelhouse or (tree / "wheelhouse" if (tree / "wheelhouse" / WHEELHOUSE_RECORD).is_file() else None)
+        # a given --wheelhouse wins over the cache (which may come from $ENVBUILDER_WHEEL_CACHE)
+        from_cache = opts.cache is not None and opts.wheelhouse is None and bool(stage2) and not opts.skip_stage2
+        wh = None if from_cache else opts.wheelhouse or (
+            tree / "wheelhouse" if (tree / "wheelhouse" / WHEELHOUSE_RECORD).is_file() else None)
         extra_lines: list[str] = []
         missing = list(stage2)
         if wh is not None and stage2 and not opts.skip_stage2:
             extra_lines, missing = _wheelhouse_lines(wh, stage2)
+        stage2_wheels: list[dict[str, Any]] = []
         req_file = Path(tmp) / "requirements.txt"
         req_file.write_text(reqs + "".join(f"{ln}\n" for ln in extra_lines), encoding="utf-8")
         with staging_dir(venv) as staging:
@@ -218,6 +226,14 @@ def run_install(opts: InstallOptions, progress: Progress = lambda _: None) -> In
                    "--no-deps", "--require-hashes", "--python", str(staging / "v" / "bin" / "python"),
                    "-r", str(req_file)]
             _run(cmd, tree / "lock", env, "uv pip install (offline)")
+            if from_cache and opts.cache is not None:
+                t2 = time.monotonic()
+                built = stage2_from_cache(opts.cache, tree / "lock", tree / "files", staging / "v" / "bin" / "python",
+                                          Path(tmp) / "wheelhouse", stage2, progress)
+                extra_lines, missing, stage2_wheels = requirement_lines(built), [], summary(built)
+                timings["stage2"] = time.monotonic() - t2
+                (Path(tmp) / "stage2.txt").write_text("".join(f"{ln}\n" for ln in extra_lines), encoding="utf-8")
+                _run([*cmd[:-1], str(Path(tmp) / "stage2.txt")], tree / "lock", env, "uv pip install of stage 2")
             timings["install"] = time.monotonic() - t
             installed = sorted(set(stage2) - set(missing))
             hooks = _runtime_hooks(staging / "v", record, opts.system_site_packages)
@@ -226,7 +242,8 @@ def run_install(opts: InstallOptions, progress: Progress = lambda _: None) -> In
             write_atomic(staging / "v" / INSTALL_RECORD, json.dumps({  # the lock recomputed, not the manifest's word
                 "lock_sha256": record.lock_sha256, "row": record.row, "python": python,
                 "system_site_packages": opts.system_site_packages, "stage2_installed": installed,
-                "stage2_missing": missing, "runtime_hooks": [h.to_dict() for h in hooks]},
+                "stage2_missing": missing, "runtime_hooks": [h.to_dict() for h in hooks],
+                "stage2_from": str(opts.cache.source.url) if from_cache and opts.cache else None},
                 indent=2, sort_keys=True) + "\n")
             shutil.copytree(tree / "lock", staging / "v" / "envbuilder-lock")
             # the stage-2 sdists stay beside the venv, so `envbuilder wheels --sdists` can build them
@@ -242,4 +259,4 @@ def run_install(opts: InstallOptions, progress: Progress = lambda _: None) -> In
                  f"with `envbuilder wheels` and re-run install with --wheelhouse")
     n = sum(1 for ln in reqs.splitlines() if ln and not ln.startswith(" ")) + len(extra_lines)
     return InstallResult(venv, record.lock_sha256, n, sorted(set(stage2) - set(missing)), missing,
-                         time.monotonic() - t0, timings)
+                         time.monotonic() - t0, timings, stage2_wheels)

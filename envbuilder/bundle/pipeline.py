@@ -16,12 +16,13 @@ import json
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from packaging.utils import canonicalize_name
 
+from envbuilder.archlist import ArchList
 from envbuilder.atomic import guard_output_dir, link_or_copy, promote_dir, staging_dir, write_atomic
 from envbuilder.bundle.manifest import MANIFEST, SCHEMA, SUMS, sums_text
 from envbuilder.bundle.parts import PARTS_INDEX, write_parts
@@ -29,6 +30,7 @@ from envbuilder.bundle.plan import LOCK_FILES, PlannedFile, plan_files
 from envbuilder.bundle.prebuild import Prebuilt, prebuild
 from envbuilder.kernels import WHEELHOUSE_RECORD, gitsource, read_wheelhouse
 from envbuilder.kernels.files import cache_root, fetch, verify
+from envbuilder.kernels.wheelcache.shared import CacheSource
 from envbuilder.lock.lockdir import open_lockdir
 from envbuilder.lock.record import sha256_file
 from envbuilder.progress import Progress
@@ -43,6 +45,8 @@ class BundleOptions:
     cache_dir: Path | None = None
     ca_bundle: Path | None = None
     jobs: int = 4
+    wheel_cache: CacheSource | None = None  # --cache: the wheelhouse from a shared wheel cache (misses built here)
+    arch_list: ArchList | None = None            # with --cache: the archs the stage-2 wheels are for
     git_mirrors: list[str] = field(default_factory=list)  # --git-mirror: clones for the lock's git_sources
 
 
@@ -109,6 +113,20 @@ def _prebuild_all(planned: list[PlannedFile], fetched: dict[str, Path], stage2: 
     return out, source_only
 
 
+def _wheelhouse_from_cache(opts: BundleOptions, progress: Progress) -> Path:
+    """The lock's stage-2 wheels from the shared cache (verified), a miss built here, as a wheelhouse to carry."""
+    from envbuilder.kernels.pipeline import wheelhouse_from_cache
+    from envbuilder.matrix import load_matrix
+
+    assert opts.wheel_cache is not None
+    made = wheelhouse_from_cache(Path(opts.lockdir), opts.wheel_cache, load_matrix(), progress,
+                                 arch_list=opts.arch_list, cache_dir=opts.cache_dir, ca_bundle=opts.ca_bundle,
+                                 git_mirrors=opts.git_mirrors)
+    progress(f"stage 2 from {opts.wheel_cache.url}: "
+             + (", ".join(f"{p.name} ({p.cache})" for p in made.packages) or "nothing to build"))
+    return made.output
+
+
 def make_bundle(opts: BundleOptions, progress: Progress = lambda _: None) -> BundleResult:
     t0 = time.monotonic()
     lockdir = Path(opts.lockdir)
@@ -116,6 +134,8 @@ def make_bundle(opts: BundleOptions, progress: Progress = lambda _: None) -> Bun
     out = guard_output_dir(Path(opts.output), _is_bundle, "an envbuilder bundle")
     python, glibc = str(record.target.python), str(record.target.glibc or "2.35")
     stage2 = list(record.stage2_packages)
+    if opts.wheel_cache is not None and opts.wheelhouse is None:  # a given --wheelhouse wins over the cache
+        opts = replace(opts, wheelhouse=_wheelhouse_from_cache(opts, progress))
     wh_record = None
     if opts.wheelhouse is not None:
         wh_record = read_wheelhouse(opts.wheelhouse)

@@ -17,11 +17,13 @@ from envbuilder.cli.options import (
     json_option,
     lock_dir_input,
     timings_option,
+    wheel_cache_options,
 )
 from envbuilder.console import SafeConsole, emit_json, stderr_console, styled
 
 if TYPE_CHECKING:  # the pipeline (docker SDK) is imported only when `build` runs
     from envbuilder.image.pipeline import BuildEvent
+    from envbuilder.kernels.wheelcache.shared import CacheSource
 
 
 class BuildDisplay:
@@ -104,13 +106,14 @@ class BuildDisplay:
 @click.option("--push", default=None, metavar="REGISTRY/NAME[:TAG]",
               help="Push the image there once built and scanned; the build report records it by digest "
                    "(credentials: the engine's Docker config, e.g. `docker login REGISTRY`).")
+@wheel_cache_options()
 @json_option("Print the build report as JSON on stdout.")
 @timings_option
 def build(lock: Path, tag: str | None, base: str | None, mode: str | None, arch_list: ArchList | None,
           jobs: int | None, target: str, python: str | None, ca_bundle: Path | None, no_ca_bundle: bool,
           secrets: tuple[str, ...], no_cache: bool, no_pull: bool, no_scan: bool, log_file: Path | None,
-          wheelhouse: Path | None, git_mirrors: tuple[str, ...], push: str | None, as_json: bool,
-          timings: bool) -> None:
+          wheelhouse: Path | None, git_mirrors: tuple[str, ...], push: str | None,
+          wheel_cache: CacheSource | None, as_json: bool, timings: bool) -> None:
     """Build LOCKDIR (made by `envbuilder lock`) into an image with the Docker engine (BuildKit)."""
     from envbuilder.image.pipeline import BuildOptions, build_image
     from envbuilder.image.secrets import default_ca_bundle, parse_secret
@@ -123,7 +126,7 @@ def build(lock: Path, tag: str | None, base: str | None, mode: str | None, arch_
     opts = BuildOptions(lockdir=lock, tag=tag, base=base, mode=mode, arch_list=arch_list, jobs=jobs,
                         target=target, python=python, ca_bundle=bundle, secrets=specs, no_cache=no_cache,
                         pull=not no_pull, scan=not no_scan, log_file=log_file, wheelhouse=wheelhouse,
-                        git_mirrors=list(git_mirrors), push=push)
+                        git_mirrors=list(git_mirrors), push=push, cache=wheel_cache)
     with BuildDisplay(console) as show:
         result = build_image(opts, show)
     if as_json:

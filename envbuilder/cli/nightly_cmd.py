@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from envbuilder.cli.options import deprecated_alias, json_option, parallel_option, threshold_option
+from envbuilder.cli.options import deprecated_alias, json_option, parallel_option, threshold_option, wheel_cache_options
 from envbuilder.console import emit_json, stderr_console
 from envbuilder.errors import NightlyRowsFailedError
 
@@ -53,13 +53,13 @@ def _step_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     ]
     for o in reversed(opts):
         fn = o(fn)
-    return fn
+    return wheel_cache_options()(fn)  # build --cache: the stage-2 wheels a shared cache holds are not compiled
 
 
 def _config(row: str, level: int, output: Path, locks: Path, tag_template: str, base: str | None, cpu: bool,
             train_steps: int | None, sign_key: Path | None, public_key: Path | None, formats: str, no_audit: bool,
             audit_db: Path | None, audit_fail_on: str, lock_args: tuple[str, ...], build_args: tuple[str, ...],
-            export_args: tuple[str, ...], push: str | None) -> Any:
+            export_args: tuple[str, ...], push: str | None, wheel_cache: Any = None) -> Any:
     from envbuilder.audit.severity import Threshold
     from envbuilder.image.reference import ImageReference
     from envbuilder.matrix import load_matrix
@@ -77,7 +77,8 @@ def _config(row: str, level: int, output: Path, locks: Path, tag_template: str, 
                      base=base, cpu=cpu, train_steps=train_steps, sign_key=sign_key, public_key=public_key,
                      formats=tuple(f for f in formats.replace(",", " ").split() if f),
                      audit=not no_audit, audit_db=audit_db, audit_fail_on=audit_fail_on,
-                     lock_args=lock_args, build_args=build_args, export_args=export_args, push=push)
+                     lock_args=lock_args, build_args=build_args, export_args=export_args, push=push,
+                     wheel_cache=wheel_cache)
 
 
 @click.group()

@@ -65,6 +65,14 @@ def arch_list_option() -> Callable[[F], F]:
              "that the lock's CUDA compiles for (matrices/cuda_archs.toml [default]).")
 
 
+def cache_dir_option() -> Callable[[F], F]:
+    """--cache-dir DIR: the local cache root (downloads, built wheels, build venvs); the function receives
+    `cache_dir`."""
+    return click.option("--cache-dir", type=click.Path(path_type=Path), default=None,
+                        help="Local cache root: downloads, built wheels and build venvs (default ENVBUILDER_CACHE_DIR, "
+                             "else $XDG_CACHE_HOME/envbuilder or ~/.cache/envbuilder).")
+
+
 def ca_bundle_option() -> Callable[[F], F]:
     """--ca-bundle PEM: the CA of a TLS-intercepting proxy, for every command that reaches an index or a registry
     (build hands it to BuildKit as a secret); the function receives `ca_bundle`."""
@@ -213,3 +221,64 @@ def threshold_option(help: str) -> Callable[[F], F]:
     """--threshold: the regression gate's percent drop (report and nightly run)."""
     return click.option("--threshold", "threshold_pct", type=FiniteFloat(0, 100), default=10.0, show_default=True,
                         help=help)
+
+
+#: the shared wheel cache's settings, the same for every command that reads it (so set once for a shell or a CI job)
+WHEEL_CACHE_ENV = "ENVBUILDER_WHEEL_CACHE"
+#: environment variables shared by several commands, instead of one ENVBUILDER_<COMMAND>_<OPTION> each
+SHARED_ENVVARS = (WHEEL_CACHE_ENV, f"{WHEEL_CACHE_ENV}_TRUSTED_KEY", f"{WHEEL_CACHE_ENV}_TRUST_UNSIGNED")
+
+
+def wheel_cache_options(*, publish: bool = False) -> Callable[[F], F]:
+    """--cache URL, --trusted-key PUB (repeatable), --trust-unsigned: read stage-2 wheels from a shared cache.
+    With publish=True also --publish URL, --sign KEY, --no-sign (`wheels` only).
+
+    The function receives `wheel_cache` (a kernels.wheelcache.CacheSource, or None) and, with publish,
+    `publish_to` (a PublishTarget, or None). The URL is parsed once here; the keys are read by the stage.
+    """
+
+    def deco(f: F) -> F:
+        @functools.wraps(f)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            from envbuilder.kernels.wheelcache.shared import CacheSource, PublishTarget
+            from envbuilder.kernels.wheelcache.url import CacheUrl
+
+            url, keys, unsigned = kwargs.pop("cache_url"), kwargs.pop("trusted_keys"), kwargs.pop("trust_unsigned")
+            kwargs["wheel_cache"] = CacheSource(CacheUrl.parse(url), tuple(keys), unsigned) if url else None
+            if publish:
+                to, sign, no_sign = kwargs.pop("publish_url"), kwargs.pop("sign_key"), kwargs.pop("no_sign")
+                if sign is not None and no_sign:
+                    raise InvalidOptionError("--sign and --no-sign contradict each other", "pass one of them")
+                if (sign is not None or no_sign) and not to:
+                    raise InvalidOptionError("--sign/--no-sign without --publish", "pass --publish URL")
+                kwargs["publish_to"] = PublishTarget(CacheUrl.parse(to, "--publish"), sign, no_sign) if to else None
+            return f(*args, **kwargs)
+
+        out: Any = wrapper
+        if publish:
+            out = click.option("--no-sign", is_flag=True,
+                               help="Publish entries unsigned (readers then need --trust-unsigned).")(out)
+            out = click.option("--sign", "sign_key", type=click.Path(path_type=Path, dir_okay=False, exists=True),
+                               default=None,
+                               help="ed25519 private key (PEM, from `envbuilder keygen`) that signs the published "
+                                    "entries. Without it, a PEM key in $ENVBUILDER_SIGNING_KEY is used.")(out)
+            out = click.option("--publish", "publish_url", default=None, metavar="URL",
+                               help="After the run, store every wheel in this shared cache (a directory, file://, "
+                                    "or oci://HOST/REPO), signed.")(out)
+        out = click.option("--trust-unsigned", is_flag=True, envvar=f"{WHEEL_CACHE_ENV}_TRUST_UNSIGNED",
+                           show_envvar=True,
+                           help="Accept shared-cache entries without a signature (their sha256 and archs are still "
+                                "checked).")(out)
+        out = click.option("--trusted-key", "trusted_keys", multiple=True,
+                           type=click.Path(path_type=Path, dir_okay=False, exists=True),
+                           envvar=f"{WHEEL_CACHE_ENV}_TRUSTED_KEY", show_envvar=True, metavar="PUB",
+                           help="Public key (PEM) whose signature a shared-cache entry must carry (repeatable).")(out)
+        out = click.option("--cache", "cache_url", default=None, metavar="URL", envvar=WHEEL_CACHE_ENV,
+                           show_envvar=True,
+                           help="Shared wheel cache to take stage-2 wheels from before compiling: a directory, "
+                                "file:///DIR, oci://HOST[:PORT]/REPO, or http(s)://HOST/PATH/ (a PEP 503 index). "
+                                "A hit is downloaded and verified; a miss is built; an unreachable cache is "
+                                "skipped with a warning.")(out)
+        return out
+
+    return deco

@@ -6,7 +6,7 @@ import dataclasses
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ from envbuilder.image.render import (
 from envbuilder.image.secrets import SecretSpec, check_ca_bundle, proxy_settings, secret_files
 from envbuilder.jsonread import CA_BUNDLE_MAX_BYTES, read_bytes
 from envbuilder.kernels import wheelhouse_for_lock
+from envbuilder.kernels.wheelcache.shared import CacheSource
 from envbuilder.lock.lockdir import LockDir, open_lockdir
 from envbuilder.matrix.archs import check_arch_list
 from envbuilder.paths import REPO_ROOT
@@ -59,6 +60,7 @@ class BuildOptions:
     git_mirrors: list[str] = field(default_factory=list)  # --git-mirror: clones for the lock's git_sources
     cache_dir: Path | None = None   # where checked git-tag sources are kept (default: the envbuilder cache)
     push: str | None = None  # REGISTRY/NAME[:TAG]: pushed once built (and scanned), recorded by digest
+    cache: CacheSource | None = None  # --cache: stage-2 wheels from a shared wheel cache; misses compile in the build
 
 
 def default_tag(lock: LockDir, target: str) -> str:
@@ -257,6 +259,22 @@ def _git_sources(opts: BuildOptions, lock: LockDir, prebuilt: set[str], progress
     return out
 
 
+def _wheelhouse_from_cache(opts: BuildOptions, archs: ArchList | None, progress: BuildProgress) -> Path | None:
+    """The stage-2 wheels the shared cache holds for this lock (verified) as a wheelhouse; the packages it does
+    not hold are left to the build, which compiles them as without a wheelhouse. None when it holds none."""
+    from envbuilder.kernels.pipeline import wheelhouse_from_cache
+    from envbuilder.matrix import load_matrix
+
+    assert opts.cache is not None
+    made = wheelhouse_from_cache(opts.lockdir, opts.cache, load_matrix(),
+                                 lambda m: progress(BuildEvent("message", m)), arch_list=archs,
+                                 cache_dir=opts.cache_dir, ca_bundle=opts.ca_bundle, git_mirrors=opts.git_mirrors,
+                                 build_misses=False)
+    progress(BuildEvent("message", f"stage 2 from the shared cache {opts.cache.url}: "
+                                   f"{', '.join(p.name for p in made.packages) or 'nothing'}"))
+    return made.output if made.packages else None
+
+
 def build_image(opts: BuildOptions, progress: BuildProgress = _no_progress) -> BuildResult:
     """Build a lock directory into an image. Reports through `progress`; prints nothing itself.
 
@@ -305,6 +323,8 @@ def plan_build(opts: BuildOptions, progress: BuildProgress) -> BuildPlan:
     if opts.push:  # a bad --push fails before the build, not after an hour of it
         registry.push_target(opts.push, "latest")
     ca_bundle = check_ca_bundle(opts.ca_bundle) if opts.ca_bundle is not None else None
+    if opts.cache is not None and opts.wheelhouse is None:  # a given --wheelhouse wins over the cache
+        opts = replace(opts, wheelhouse=_wheelhouse_from_cache(opts, archs, progress))
     wheels, prebuilt = ([], []) if opts.wheelhouse is None else \
         wheelhouse_for_lock(opts.wheelhouse, lock.lock_sha256, lock.record.target.torch)
     # before any engine work (a base pull may be gigabytes): the git-tag sources stage 2 builds

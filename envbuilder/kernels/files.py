@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import ssl
 import tempfile
 import urllib.error
 import urllib.request
@@ -19,6 +18,7 @@ from pathlib import Path
 from envbuilder.errors import HashMismatchError, NetworkError, os_error
 from envbuilder.lock.record import sha256_file
 from envbuilder.lock.uvlock import LockedFile
+from envbuilder.tls import ssl_context
 
 
 def cache_root(override: Path | None = None) -> Path:
@@ -37,10 +37,6 @@ def cache_root(override: Path | None = None) -> Path:
         raise os_error(exc, root, action=f"create the cache directory ({origin})", flag=origin) from exc
     return root
 
-
-def _ssl_context(ca_bundle: Path | None) -> ssl.SSLContext:
-    cafile = str(ca_bundle) if ca_bundle else os.environ.get("SSL_CERT_FILE")
-    return ssl.create_default_context(cafile=cafile if cafile and Path(cafile).exists() else None)
 
 
 def cached_path(f: LockedFile, cache: Path) -> Path:
@@ -61,7 +57,7 @@ def fetch(f: LockedFile, cache: Path, ca_bundle: Path | None = None) -> tuple[Pa
     try:
         with os.fdopen(fd, "wb", buffering=0) as out:  # unbuffered: a full disk fails the write, here
             req = urllib.request.Request(f.url, headers={"User-Agent": "envbuilder"})
-            with urllib.request.urlopen(req, timeout=120, context=_ssl_context(ca_bundle)) as resp:
+            with urllib.request.urlopen(req, timeout=120, context=ssl_context(ca_bundle)) as resp:
                 while chunk := resp.read(1 << 20):
                     h.update(chunk)
                     try:  # a full or read-only cache is the disk's fault, not the network's

@@ -1,9 +1,13 @@
 """`envbuilder wheels LOCKDIR -o WHEELHOUSE`: every stage-2 sdist of a lock, built into a wheel.
 
 Per package: fetch the locked sdist (hash-checked) -> unpack -> check it has CUDA sources -> set
-its arch variables, or patch literal gencodes -> cache lookup -> build against the chosen torch ->
+its arch variables, or patch literal gencodes -> the local cache, then the shared one (--cache: a
+signed entry, downloaded, its sha256 and archs re-checked) -> else build against the chosen torch ->
 list the archs in every .so and compare with the request -> local version naming the ABI -> cache.
-The wheelhouse is written in a staging directory and swapped in at the end, like a lock directory.
+The wheelhouse is written in a staging directory and swapped in at the end, like a lock directory;
+with --publish, every wheel of the run is then signed and stored in the shared cache.
+The compiler and the build modules are looked for only when a package is compiled: a run whose
+wheels all come from a cache needs neither.
 """
 
 from __future__ import annotations
@@ -14,8 +18,10 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+import threading
 import time
 import zipfile
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -23,10 +29,17 @@ from typing import Any
 
 from envbuilder import procs
 from envbuilder.atomic import guard_output_dir, link_or_copy, promote_dir, staging_dir, write_atomic
-from envbuilder.errors import ArchMismatchError, InvalidOptionError, LockDirError
+from envbuilder.errors import ArchMismatchError, InvalidOptionError, KernelBuildError, LockDirError
 from envbuilder.kernels import cache as wcache
 from envbuilder.kernels import gitsource
-from envbuilder.kernels.archs import ArchList, ObjectArchs, check_archs, find_cuobjdump, object_archs
+from envbuilder.kernels.archs import (
+    ArchList,
+    ObjectArchs,
+    check_archs,
+    elf_has_fatbin,
+    find_cuobjdump,
+    object_archs,
+)
 from envbuilder.kernels.build import run_build
 from envbuilder.kernels.cache import BuildKey
 from envbuilder.kernels.files import cache_root, fetch
@@ -39,6 +52,14 @@ from envbuilder.kernels.torchenv import (
     probe_interpreter,
     require_build_modules,
     sync_stage1_venv,
+)
+from envbuilder.kernels.wheelcache.shared import (
+    CacheSource,
+    Published,
+    PublishTarget,
+    SharedCache,
+    load_signing_key,
+    publish,
 )
 from envbuilder.kernels.wheelfile import add_local_version, local_tag
 from envbuilder.kernels.wheelhouse import WHEELHOUSE_RECORD, Wheelhouse, WheelRecord, read_wheelhouse
@@ -71,6 +92,9 @@ class WheelsOptions:
     sdist_dir: Path | None = None       # offline: sdists found here by file name (a bundle's files/)
     parallel: int = 1                   # packages compiled at once; the cores are shared among them
     git_mirrors: list[str] = field(default_factory=list)  # --git-mirror: clones for the lock's git_sources
+    cache: CacheSource | None = None    # --cache: a shared wheel cache read after the local one
+    build_misses: bool = True           # False: a package no cache holds is left out (`build` compiles it)
+    publish: PublishTarget | None = None  # --publish: store every wheel of the run there at the end
 
 
 @dataclass
@@ -78,7 +102,7 @@ class PackageReport:
     """One package of a `wheels` run: its wheelhouse record and how this run got it (cache, jobs, timings)."""
 
     record: WheelRecord
-    cache: str                  # hit | miss
+    cache: str                  # hit (the local cache) | shared (downloaded from --cache) | miss (compiled)
     jobs: int
     seconds: float
     compile_seconds: float | None = None
@@ -105,6 +129,8 @@ class WheelsResult:
     packages: list[PackageReport]
     seconds: float
     toolkit: Toolkit | None = None      # the compiler used (host or assembled); not in wheelhouse.json
+    shared: dict[str, Any] | None = None  # --cache: its URL, and why it was given up (unreachable) if it was
+    published: list[Published] = field(default_factory=list)
 
     @property
     def lock_sha256(self) -> str:
@@ -115,6 +141,7 @@ class WheelsResult:
                 "torch": {**self.torch.to_dict(), "interpreter": self.torch.interpreter},
                 "packages": [p.to_dict() for p in self.packages],
                 "toolkit": self.toolkit.to_dict() if self.toolkit else None,
+                "cache": self.shared, "published": [p.to_dict() for p in self.published],
                 "seconds": round(self.seconds, 3)}
 
 
@@ -297,6 +324,42 @@ def wheel_archs(wheel: Path, work: Path, cuda_home: Path | None) -> list[ObjectA
     return [object_archs(d / n, tool, d) for n in sorted(names)]
 
 
+class BuildTools:
+    """The CUDA toolkit and the build modules, found (or assembled) the first time a package needs them, once
+    for the whole run: a compile needs both, a shared-cache hit with device code needs cuobjdump, and a run
+    whose wheels all come from a cache needs nothing."""
+
+    def __init__(self, opts: WheelsOptions, facts: TorchFacts, matrix: Matrix | None, cache: Path,
+                 progress: Progress, names: list[str]) -> None:
+        self.opts, self.facts, self.matrix, self.cache, self.progress = opts, facts, matrix, cache, progress
+        self.names = names
+        self.toolkit: Toolkit | None = None
+        self._resolved = False
+        self._checked = False
+        self._lock = threading.Lock()
+
+    def cuda_home(self) -> Path | None:
+        with self._lock:
+            if not self._resolved:
+                if self.matrix is not None:
+                    self.toolkit = toolkit_for(self.facts.cuda, self.opts.cuda_home, self.matrix, self.cache,
+                                               self.progress, self.opts.ca_bundle)
+                    if self.toolkit is not None:
+                        self.progress(f"compiling with nvcc {self.toolkit.nvcc} ({self.toolkit.origin}: "
+                                      f"{self.toolkit.root})")
+                self._resolved = True
+            return self.toolkit.root if self.toolkit is not None else self.opts.cuda_home
+
+    def for_compile(self) -> WheelsOptions:
+        """The options a compile runs with (--cuda-home set to the toolkit found), the build modules checked."""
+        home = self.cuda_home()
+        with self._lock:
+            if not self._checked:
+                require_build_modules(self.facts, self.names)
+                self._checked = True
+        return replace(self.opts, cuda_home=home)
+
+
 @dataclass(frozen=True)
 class BuildContext:
     """What every package of one run is built with."""
@@ -309,6 +372,8 @@ class BuildContext:
     matrix: Matrix | None
     out: Path                   # the staging wheelhouse
     progress: Progress
+    tools: BuildTools
+    shared: SharedCache | None = None
 
 
 @dataclass(frozen=True)
@@ -336,7 +401,7 @@ class BuildPlan:
         return "skipped: the sdist has no CUDA sources (C++ extension only)"
 
 
-def build_one(name: str, files: LockedPackage, ctx: BuildContext) -> PackageReport:
+def build_one(name: str, files: LockedPackage, ctx: BuildContext) -> PackageReport | None:
     """Plan the package, then take its wheel from the cache or compile it. The build directory is kept
     for inspection when anything fails."""
     t0 = time.monotonic()
@@ -346,7 +411,12 @@ def build_one(name: str, files: LockedPackage, ctx: BuildContext) -> PackageRepo
     ok = False
     try:
         plan = plan_build(name, files, ctx, work)
-        report = reuse_cached(plan, ctx) or compile_package(plan, ctx)
+        report = reuse_cached(plan, ctx)
+        if report is None and not ctx.opts.build_misses:
+            ctx.progress(f"{name} {files.version}: in no cache; left to the image build to compile")
+            ok = True
+            return None
+        report = report or compile_package(plan, ctx)
         report.seconds = time.monotonic() - t0
         ok = True
         return report
@@ -390,13 +460,58 @@ def plan_build(name: str, files: LockedPackage, ctx: BuildContext, work: Path) -
 
 
 def reuse_cached(plan: BuildPlan, ctx: BuildContext) -> PackageReport | None:
-    """The package's wheel from the cache, when an entry for its key is there and whole."""
+    """The package's wheel from the local cache, when an entry for its key is there and whole; else from the
+    shared cache (--cache), once its entry, sha256 and archs are checked."""
     hit = wcache.lookup(ctx.cache, plan.key.key)
+    how = "hit"
+    if hit is None and ctx.shared is not None:
+        hit, how = fetch_shared(plan, ctx), "shared"
     if hit is None:
         return None
     link_or_copy(hit.wheel, ctx.out / hit.wheel.name)
-    ctx.progress(f"{plan.name} {plan.version}: cache hit {hit.wheel.name}")
-    return PackageReport(hit.record.wheel_record(plan.cuda_sources), "hit", plan.jobs, 0.0)
+    ctx.progress(f"{plan.name} {plan.version}: {'cache hit' if how == 'hit' else 'shared cache hit'} "
+                 f"{hit.wheel.name}")
+    return PackageReport(hit.record.wheel_record(plan.cuda_sources), how, plan.jobs, 0.0)
+
+
+def fetch_shared(plan: BuildPlan, ctx: BuildContext) -> wcache.CacheEntry | None:
+    """The package's wheel from the shared cache, verified, then filed in the local cache (None: a miss)."""
+    assert ctx.shared is not None
+    got = ctx.shared.fetch(plan.key.key, plan.name, plan.work / "shared")
+    if got is None:
+        return None
+    entry, wheel = got
+    check_downloaded_archs(plan.name, wheel, ctx.archs if plan.device_code else None, plan.work / "recheck",
+                           ctx.tools.cuda_home, str(ctx.shared.source.url))
+    return wcache.store(ctx.cache, wheel, entry.cached)
+
+
+def check_downloaded_archs(name: str, wheel: Path, requested: ArchList | None, work: Path,
+                           cuda_home: Callable[[], Path | None], origin: str) -> None:
+    """The archs in a downloaded wheel's fat binaries, checked as after a build: exactly `requested` when its key
+    says it holds device code, no fat binary at all when it says it does not (requested None; read from the ELF
+    section headers, so no CUDA tool is needed for that)."""
+    bad = ("its publisher built it with other settings than its signed key says: republish it from a correct "
+           "build, or use another --cache; nothing was installed from it")
+    with zipfile.ZipFile(wheel) as zf:
+        objects = [n for n in zf.namelist() if n.endswith(".so") or ".so." in n]
+        for n in objects:
+            zf.extract(n, work)
+    fat = [n for n in objects if elf_has_fatbin(work / n)]
+    if requested is None:
+        if fat:
+            raise ArchMismatchError(f"{origin}: {wheel.name}: its key says it was built without GPU code (arch list "
+                                    f"none), but {', '.join(fat[:3])} hold CUDA fat binaries", bad)
+        return
+    try:
+        found = [object_archs(work / n, find_cuobjdump(_bin(cuda_home())), work) for n in sorted(fat)]
+        check_archs(name, requested, found)
+    except ArchMismatchError as exc:
+        raise ArchMismatchError(f"{origin}: {wheel.name}: {exc.cause}", bad, **exc.details) from exc
+
+
+def _bin(home: Path | None) -> list[Path] | None:
+    return [home / "bin"] if home else None
 
 
 def compile_package(plan: BuildPlan, ctx: BuildContext) -> PackageReport:
@@ -404,10 +519,11 @@ def compile_package(plan: BuildPlan, ctx: BuildContext) -> PackageReport:
     ctx.progress(f"{plan.name} {plan.version}: building against torch {ctx.facts.torch} "
                  f"(arch {plan.key.arch_list}, MAX_JOBS={plan.jobs})")
     force_var = _fact_str(ctx.matrix, plan.name, "force_build_env")
-    env = _build_env(ctx.record, ctx.opts, ctx.facts, plan.knobs.env, force_var, plan.jobs)
+    opts = ctx.tools.for_compile()
+    env = _build_env(ctx.record, opts, ctx.facts, plan.knobs.env, force_var, plan.jobs)
     env.update(git_env(plan.work, ctx.cache, env))
     run = run_build(ctx.facts.interpreter, plan.src, plan.work / "dist", env, plan.name, ctx.progress)
-    found = wheel_archs(run.wheel, plan.work, ctx.opts.cuda_home) if plan.device_code else []
+    found = wheel_archs(run.wheel, plan.work, opts.cuda_home) if plan.device_code else []
     if plan.device_code:
         check_archs(plan.name, ctx.archs, found)
     if plan.key.keep_version:
@@ -427,7 +543,7 @@ def compile_package(plan: BuildPlan, ctx: BuildContext) -> PackageReport:
                          run.peak_rss_mb)
 
 
-def _build_all(to_build: list[tuple[str, LockedPackage]], ctx: BuildContext) -> list[PackageReport]:
+def _build_all(to_build: list[tuple[str, LockedPackage]], ctx: BuildContext) -> list[PackageReport | None]:
     """Every package, `opts.parallel` at a time. Parallel builds split the default MAX_JOBS among them: one
     package's compile is often a single long nvcc (causal-conv1d's backward kernel), so running packages side
     by side is what shortens the whole. Reports keep the lock's order; the first failure is raised after the
@@ -436,7 +552,7 @@ def _build_all(to_build: list[tuple[str, LockedPackage]], ctx: BuildContext) -> 
     if width == 1:
         return [build_one(n, f, ctx) for n, f in to_build]
 
-    def one(name: str, files: LockedPackage) -> PackageReport:
+    def one(name: str, files: LockedPackage) -> PackageReport | None:
         own = replace(ctx.opts, jobs=ctx.opts.jobs or max(1, default_jobs(name) // width))
         return build_one(name, files, replace(ctx, opts=own))
 
@@ -454,24 +570,61 @@ def run_wheels(opts: WheelsOptions, matrix: Matrix | None, progress: Progress = 
     cache = cache_root(opts.cache_dir)
     archs = check_arch_list(opts.arch_list or record.arch_list(), record.target.cuda)
     to_build = _packages_to_build(lockdir, record, opts.packages, progress)
+    # the shared cache's trust and the publisher's key are checked before anything is built
+    shared = SharedCache(opts.cache, opts.ca_bundle, progress) if opts.cache is not None else None
+    signing_key = load_signing_key(opts.publish) if opts.publish is not None else None
     facts = _choose_torch(opts, lockdir, record, cache, progress, [n for n, _ in to_build])
-    toolkit = None
-    if to_build and matrix is not None:
-        toolkit = toolkit_for(facts.cuda, opts.cuda_home, matrix, cache, progress, opts.ca_bundle)
-        if toolkit is not None:
-            opts = replace(opts, cuda_home=toolkit.root)
-            progress(f"compiling with nvcc {toolkit.nvcc} ({toolkit.origin}: {toolkit.root})")
     progress(f"building against {facts.interpreter}: torch {facts.torch}, CUDA {facts.cuda or 'none'}, "
-             f"cxx11abi {facts.cxx11abi}, Python {facts.python}; arch list {archs.torch}")
-    if to_build:
-        require_build_modules(facts, [n for n, _ in to_build])
+             f"cxx11abi {facts.cxx11abi}, Python {facts.python}; arch list {archs.torch}"
+             + (f"; shared cache {opts.cache.url} ({shared.trust.describe()})" if shared and opts.cache else ""))
+    tools = BuildTools(opts, facts, matrix, cache, progress, [n for n, _ in to_build])
     out.parent.mkdir(parents=True, exist_ok=True)
     with staging_dir(out) as staging:
-        reports = _build_all(to_build, BuildContext(record, facts, archs, opts, cache, matrix, staging, progress))
+        ctx = BuildContext(record, facts, archs, opts, cache, matrix, staging, progress, tools, shared)
+        reports = [r for r in _build_all(to_build, ctx) if r is not None]
         wheelhouse = Wheelhouse(record.lock_sha256, facts.recorded(), archs.torch, tuple(r.record for r in reports))
         write_atomic(staging / WHEELHOUSE_RECORD, wheelhouse.to_json())
         promote_dir(staging, out)
-    return WheelsResult(out, wheelhouse, facts, archs, reports, time.monotonic() - t0, toolkit)
+    result = WheelsResult(out, wheelhouse, facts, archs, reports, time.monotonic() - t0, tools.toolkit,
+                          shared_summary(opts.cache, shared))
+    if opts.publish is not None:
+        result.published = publish_run(opts.publish, signing_key, reports, cache, opts.ca_bundle, progress)
+        result.seconds = time.monotonic() - t0
+    return result
+
+
+def wheelhouse_from_cache(lockdir: Path, source: CacheSource, matrix: Matrix | None, progress: Progress, *,
+                          arch_list: ArchList | None = None, cache_dir: Path | None = None,
+                          ca_bundle: Path | None = None, git_mirrors: list[str] | None = None,
+                          build_misses: bool = True) -> WheelsResult:
+    """`wheels LOCKDIR --cache URL` into a wheelhouse kept in the local cache (cache/wheelhouses/<lock>), for
+    `bundle --cache` (misses built here) and `build --cache` (misses left to the image build)."""
+    record = open_lockdir(Path(lockdir)).record
+    out = cache_root(cache_dir) / "wheelhouses" / f"{record.lock_sha256[:16]}-{'all' if build_misses else 'hits'}"
+    return run_wheels(WheelsOptions(lockdir=Path(lockdir), output=out, arch_list=arch_list, cache_dir=cache_dir,
+                                    ca_bundle=ca_bundle, cache=source, build_misses=build_misses,
+                                    git_mirrors=list(git_mirrors or [])), matrix, progress)
+
+
+def shared_summary(source: CacheSource | None, shared: SharedCache | None) -> dict[str, Any] | None:
+    if source is None or shared is None:
+        return None
+    return {**source.to_dict(), "gave_up": shared.gave_up}
+
+
+def publish_run(target: PublishTarget, signing_key: Any, reports: list[PackageReport], cache: Path,
+                ca_bundle: Path | None, progress: Progress) -> list[Published]:
+    """Every wheel of the finished run, from the local cache, into the shared cache `target`."""
+    wheels = []
+    for r in reports:
+        entry = wcache.lookup(cache, r.record.cache_key)
+        if entry is None:
+            raise KernelBuildError(f"{r.name}: its wheel left the local cache during the run (key "
+                                   f"{r.record.cache_key[:16]}…), so it cannot be published",
+                                   "run `envbuilder wheels --publish` again")
+        wheels.append((entry.record, entry.wheel))
+    progress(f"publishing {len(wheels)} wheel(s) to {target.url}" + ("" if signing_key else " (unsigned)"))
+    return publish(target, signing_key, wheels, ca_bundle, progress)
 
 
 def _packages_to_build(lockdir: Path, record: LockRecord, subset: list[str], progress: Progress

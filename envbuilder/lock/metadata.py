@@ -11,7 +11,6 @@ must agree; a disagreement is reported, and PKG-INFO wins (it is the package's o
 from __future__ import annotations
 
 import json
-import os
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -100,13 +99,12 @@ def sdist_of(package: str, version: str, ca_bundle: Path | None = None) -> tuple
 
 
 def _sdist_from_index(package: str, version: str, ca_bundle: Path | None) -> tuple[str, str | None] | None:
-    import ssl  # imported here: only an uncovered version goes to the network, and ssl costs start-up time
     from urllib.request import urlopen
 
+    from envbuilder.tls import ssl_context
+
     url = f"https://pypi.org/pypi/{package}/json"
-    cafile = str(ca_bundle) if ca_bundle else os.environ.get("SSL_CERT_FILE")
-    ctx = ssl.create_default_context(cafile=cafile if cafile and Path(cafile).exists() else None)
-    with urlopen(url, timeout=60, context=ctx) as resp:
+    with urlopen(url, timeout=60, context=ssl_context(ca_bundle)) as resp:
         files = (json.load(resp).get("releases") or {}).get(version, [])
     for f in files:
         if f.get("packagetype") == "sdist":

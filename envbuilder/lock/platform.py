@@ -10,20 +10,16 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from envbuilder.lock.uvlock import LockedPackage
-
-if TYPE_CHECKING:
-    import ssl
+from envbuilder.tls import ssl_context
 
 
 @dataclass(frozen=True)
@@ -123,20 +119,13 @@ def source_builds(packages: list[LockedPackage], python: str, glibc: str, arch: 
     return sorted(compiled), sorted(sdist_only)
 
 
-def _ssl_context(ca_bundle: Path | None) -> ssl.SSLContext:
-    import ssl  # imported here: only a platform fix goes to the network, and ssl costs start-up time
-
-    cafile = str(ca_bundle) if ca_bundle else os.environ.get("SSL_CERT_FILE")
-    return ssl.create_default_context(cafile=cafile if cafile and Path(cafile).exists() else None)
-
-
 def fetch_release_files(package: str, ca_bundle: Path | None = None,
                         index_json: str = "https://pypi.org/pypi/{name}/json") -> dict[str, list[dict[str, str]]]:
     """version -> [{filename, upload_time}] from the index's JSON API."""
     url = index_json.format(name=package)
     import urllib.request
 
-    with urllib.request.urlopen(url, timeout=60, context=_ssl_context(ca_bundle)) as resp:
+    with urllib.request.urlopen(url, timeout=60, context=ssl_context(ca_bundle)) as resp:
         data = json.load(resp)
     return {v: [{"filename": f["filename"], "upload_time": f.get("upload_time", "")} for f in files]
             for v, files in data.get("releases", {}).items()}

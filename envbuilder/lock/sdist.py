@@ -18,13 +18,10 @@ import urllib.parse
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from envbuilder.atomic import write_atomic
 from envbuilder.lock.record import sha256_file
-
-if TYPE_CHECKING:
-    import ssl
+from envbuilder.tls import ssl_context
 
 # nvcc inputs and the headers only CUDA code includes
 CUDA_SOURCE_SUFFIXES = (".cu", ".cuh")
@@ -116,13 +113,6 @@ def parse_pkg_info(raw: bytes) -> dict[str, list[str]]:
     return out
 
 
-def _ssl_context(ca_bundle: Path | None) -> ssl.SSLContext:
-    import ssl
-
-    cafile = str(ca_bundle) if ca_bundle else os.environ.get("SSL_CERT_FILE")
-    return ssl.create_default_context(cafile=cafile if cafile and Path(cafile).exists() else None)
-
-
 def cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "envbuilder" / "sdists"
@@ -141,7 +131,7 @@ def fetch_sdist(url: str, sha256: str | None, ca_bundle: Path | None = None, cac
             return target
     from urllib.request import urlopen
 
-    with urlopen(url, timeout=120, context=_ssl_context(ca_bundle)) as resp:
+    with urlopen(url, timeout=120, context=ssl_context(ca_bundle)) as resp:
         data = resp.read()
     digest = hashlib.sha256(data).hexdigest()
     if sha256 and digest != sha256:

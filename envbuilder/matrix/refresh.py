@@ -10,8 +10,6 @@ own sources before it goes into the matrix.
 from __future__ import annotations
 
 import json
-import os
-import ssl
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,6 +21,7 @@ from packaging.version import InvalidVersion, Version
 from envbuilder.errors import NetworkError, SnapshotFileError
 from envbuilder.jsonread import Fields, loads_json, read_object
 from envbuilder.matrix.model import Matrix
+from envbuilder.tls import ssl_context
 
 # The packages a matrix row pins, and the row field holding each one's version.
 WATCHED: dict[str, str] = {
@@ -113,8 +112,7 @@ _PYPI_JSON_MAX = 64 << 20
 
 def fetch_snapshot(packages: list[str], ca_bundle: Path | None = None,
                    progress: Callable[[str], None] = lambda _: None) -> Snapshot:
-    cafile = str(ca_bundle) if ca_bundle else os.environ.get("SSL_CERT_FILE")
-    ctx = ssl.create_default_context(cafile=cafile if cafile and Path(cafile).exists() else None)
+    ctx = ssl_context(ca_bundle)
     snap: Snapshot = {}
     for name in packages:
         progress(f"reading {PYPI_JSON.format(name=name)}")

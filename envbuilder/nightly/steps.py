@@ -16,6 +16,10 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from envbuilder.kernels.wheelcache.shared import CacheSource
 
 from envbuilder import procs
 
@@ -50,6 +54,7 @@ class RowConfig:
     export_args: tuple[str, ...] = field(default=())
     #: REGISTRY/NAMESPACE: the certified image is pushed there as NAMESPACE/<tag's name>:<tag>, by digest
     push: str | None = None
+    wheel_cache: CacheSource | None = None  # build --cache URL (--trusted-key, --trust-unsigned)
 
     @property
     def lockdir(self) -> Path:
@@ -97,13 +102,21 @@ class RowConfig:
                 and not (s == "push" and not self.push) and (s != "audit" or self.audit)]
 
 
+def cache_args(source: CacheSource | None) -> list[str]:
+    """`--cache URL` and its trust, spelled for a child `envbuilder build`."""
+    if source is None:
+        return []
+    return ["--cache", source.url.text, *[a for k in source.trusted_keys for a in ("--trusted-key", str(k))],
+            *(["--trust-unsigned"] if source.trust_unsigned else [])]
+
+
 def command(cfg: RowConfig, step: str) -> list[str]:
     """The envbuilder arguments of one step."""
     if step == "lock-check":
         return ["lock", cfg.row_flag, cfg.row, "-o", str(cfg.lockdir), "--check", "--no-detect", *cfg.lock_args]
     if step == "build":
         return ["build", str(cfg.lockdir), "--tag", cfg.tag, *(["--base", cfg.base] if cfg.base else []),
-                *cfg.build_args]
+                *cache_args(cfg.wheel_cache), *cfg.build_args]
     if step == "audit":
         return ["audit", str(cfg.lockdir), "--json", "-o", str(cfg.audit_report), "--fail-on", cfg.audit_fail_on,
                 *(["--db", str(cfg.audit_db)] if cfg.audit_db else [])]

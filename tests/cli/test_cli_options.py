@@ -13,6 +13,7 @@ import click
 import pytest
 
 from envbuilder.cli import COMMANDS, cli
+from envbuilder.cli.options import SHARED_ENVVARS
 from envbuilder.console import without_timings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,7 +46,7 @@ def test_every_command_has_the_output_options_and_env_vars(path: str, cmd: click
         if isinstance(p, click.Option) and not p.hidden and p.opts != ["--version"]:
             assert p.show_envvar and isinstance(p.envvar, str), f"{path} {p.opts} has no env var"
             assert p.envvar.startswith(prefix) or p.envvar in (
-                "ENVBUILDER_QUIET", "ENVBUILDER_VERBOSE", "ENVBUILDER_COLOR"), p.envvar
+                "ENVBUILDER_QUIET", "ENVBUILDER_VERBOSE", "ENVBUILDER_COLOR", *SHARED_ENVVARS), p.envvar
 
 
 def test_version_on_a_subcommand_and_env_var_input() -> None:

@@ -254,7 +254,7 @@ def test_parallel_builds_share_the_cores_and_keep_the_order(monkeypatch: pytest.
     def ctx(parallel: int) -> pipeline.BuildContext:
         opts = pipeline.WheelsOptions(lockdir=Path("."), output=Path("."), parallel=parallel)
         return pipeline.BuildContext(None, None, None, opts, Path("."), None, Path("."),  # type: ignore[arg-type]
-                                     lambda _: None)
+                                     lambda _: None, None)  # type: ignore[arg-type]
 
     got = pipeline._build_all(todo, ctx(3))  # type: ignore[arg-type]
     assert got == ["a", "b", "c"] and peak[0] == 3 and set(seen.values()) == {5}
