@@ -12,6 +12,8 @@ In one run, on one machine, per stage-2 package of LOCKDIR:
     started here). A shared hit verifies the entry's ed25519 signature, the wheel's sha256 and its archs.
 Reported: the package's seconds in each case (sdist unpack + key + lookup + download + checks, or + compile),
 the compile's own seconds, the wheel's size, and compile / shared-hit ratios. Markdown table, or JSON.
+With --throughput-mb N, also the time to publish and to fetch-and-verify (signature, sha256) one N-MB wheel
+through each transport, so a hit of a real kernel wheel (flash-attn's is ~250 MB) can be costed from its size.
 """
 
 from __future__ import annotations
@@ -42,6 +44,34 @@ def _envb(args: list[str], env: dict[str, str]) -> tuple[float, dict[str, Any]]:
     return wall, json.loads(proc.stdout)
 
 
+def _throughput(mb: int, out: Path, keys: Any, sources: dict[str, str], reg: Any) -> dict[str, Any]:
+    """Publish one incompressible MB-sized wheel to each transport and fetch it back, verified, timing both."""
+    from wheelkit import build_key, cached_wheel, make_wheel
+
+    from envbuilder.dsse import load_private_key
+    from envbuilder.kernels.wheelcache.shared import CacheSource, PublishTarget, SharedCache, publish
+    from envbuilder.kernels.wheelcache.url import CacheUrl
+
+    if reg is not None:
+        os.environ.update({"ENVBUILDER_REGISTRY_USER": reg.username, "ENVBUILDER_REGISTRY_PASSWORD": reg.password})
+    wheel = make_wheel(out / "big", version="9.9", filler=mb << 20)
+    cached = cached_wheel(wheel, build_key(version="9.9"))
+    ca = reg.ca_bundle if reg is not None else None
+    got: dict[str, Any] = {"mb": round(wheel.stat().st_size / 1e6, 1)}
+    for name, url in sources.items():
+        if name != "http":  # the HTTP index is the directory, served
+            t = time.monotonic()
+            publish(PublishTarget(CacheUrl.parse(url)), load_private_key(keys.private), [(cached, wheel)], ca,
+                    lambda _: None)
+            got[f"{name}_publish_s"] = round(time.monotonic() - t, 2)
+        t = time.monotonic()
+        hit = SharedCache(CacheSource(CacheUrl.parse(url), (keys.public,)), ca, lambda _: None).fetch(
+            cached.key, "demo-kernels", out / f"fetch-{name}")
+        assert hit is not None
+        got[f"{name}_fetch_s"] = round(time.monotonic() - t, 2)
+    return got
+
+
 def main() -> None:
     from runtime_fixtures import HttpServer, RegistryServer
 
@@ -55,6 +85,7 @@ def main() -> None:
                     help="extra `wheels` argument for every run (repeatable): --cuda-home, --sdists, --torch-from ...")
     ap.add_argument("--no-registry", action="store_true",
                     help="skip the registry (a host without Debian's docker-registry); directory and HTTP only")
+    ap.add_argument("--throughput-mb", type=int, default=0, help="also time one synthetic wheel of this size")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     out = (args.out or Path(tempfile.mkdtemp(prefix="envbuilder-bench-cache-"))).absolute()
@@ -92,6 +123,8 @@ def main() -> None:
             (reader / "venvs").symlink_to(publisher / "venvs")  # the stage-1 build venv only, no wheel
             runs[name] = _envb(["wheels", lock, "-o", str(out / f"wh-{name}"), "--cache-dir", str(reader),
                                 "--cache", url, "--trusted-key", str(keys.public), *tls, *extra], env)[1]
+        if args.throughput_mb:
+            res["throughput"] = _throughput(args.throughput_mb, out, keys, sources, reg)
     finally:
         http.stop()
         if reg is not None:
@@ -110,6 +143,8 @@ def main() -> None:
     if args.json:
         print(json.dumps(res, indent=2))
         return
+    if "throughput" in res:
+        print(f"synthetic wheel: {json.dumps(res['throughput'])}\n")
     print(f"{res['machine']}, {res['started']}, lock {lock}\n")
     print("| package (wheel MB) | miss: compile / package s | local hit s | shared hit s: directory / HTTP index / "
           "registry | compile ÷ registry hit |")
