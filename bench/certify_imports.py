@@ -1,7 +1,8 @@
 """certify's imports check: one forked child per module after torch (now) against a fresh interpreter per module
 (before), in one run, on the same module list, alternating.
 
-    .venv/bin/python bench/certify_imports.py --venv VENV --lock LOCKDIR [--limit N] [--jobs J] [--rounds R]
+    .venv/bin/python bench/certify_imports.py --venv VENV --lock LOCKDIR [--start NAME] [--limit N] [--jobs J]
+        [--rounds R]
 
 The module list is the one the imports check builds for LOCKDIR's packages in VENV (certify/level0.py:
 modules_to_import; extension modules after torch, image/tools/import_check.py); --limit takes the first N (the
@@ -27,10 +28,11 @@ from concurrent.futures import ThreadPoolExecutor
 from envbuilder.certify import level0
 from envbuilder.certify.expect import load_expectations
 exp = load_expectations(__import__("pathlib").Path(sys.argv[1]))
-limit, jobs, which = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+limit, jobs, which, start = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
 ic = level0._import_check()
 ext = ic.extension_modules()
-mods = level0.modules_to_import(exp)[:limit] if limit else level0.modules_to_import(exp)
+mods = [m for m in level0.modules_to_import(exp) if m >= start]
+mods = mods[:limit] if limit else mods
 stmts = [ic.statement(m, ext) for m in mods]
 t = time.monotonic()
 if which == "fork":
@@ -59,6 +61,7 @@ def main() -> None:
     ap.add_argument("--venv", type=Path, required=True)
     ap.add_argument("--lock", type=Path, required=True)
     ap.add_argument("--limit", type=int, default=0)
+    ap.add_argument("--start", default="", help="first module name (alphabetical) of the slice")
     ap.add_argument("--jobs", type=int, default=min(8, os.cpu_count() or 1))
     ap.add_argument("--rounds", type=int, default=1)
     a = ap.parse_args()
@@ -69,7 +72,7 @@ def main() -> None:
     seen: dict[str, dict[str, int]] = {}
     for r in range(a.rounds):
         for which in (("fresh", "fork") if r % 2 == 0 else ("fork", "fresh")):
-            out = subprocess.run([py, "-c", INNER, str(exp), str(a.limit), str(a.jobs), which], env=env,
+            out = subprocess.run([py, "-c", INNER, str(exp), str(a.limit), str(a.jobs), which, a.start], env=env,
                                  capture_output=True, text=True, check=True, cwd="/tmp")
             doc = json.loads(out.stdout.strip().splitlines()[-1])
             rows[which].append(doc["seconds"])
