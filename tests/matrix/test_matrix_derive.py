@@ -1,6 +1,6 @@
-"""`matrix derive` on real upstream files: Megatron-Bridge v0.6.0 (26.08, no published table) and v0.4.0
-(26.04, whose table appears at v0.4.2), committed into local bare repositories (tests/release_repo.py), with
-PyPI read from recorded snapshots (tests/fixtures/derive/README.md says where each file comes from)."""
+"""`matrix derive` on release trees generated from the facts of Megatron-Bridge v0.6.0 (26.08, no published
+table) and v0.4.0 (26.04, whose table appears at v0.4.2) (tests/release_facts.py), committed into local bare
+repositories (tests/release_repo.py), with PyPI read from recorded snapshots (tests/fixtures/derive/README.md)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,19 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from release_repo import FIXTURES, megatron_lm_repo, release_repo
+from release_facts import (
+    CVE_URLLIB3,
+    FHT_WHY,
+    MEGATRON_LM,
+    NOT_S390X,
+    RELEASES,
+    S390X,
+    package_info,
+    uv_lock,
+    write_release,
+    write_releases,
+)
+from release_repo import SNAPSHOTS, megatron_lm_repo, release_repo
 
 from envbuilder.errors import MatrixFileError, ReleaseArtifactError, ReleaseSourceError
 from envbuilder.matrix import load_matrix
@@ -23,8 +35,8 @@ from envbuilder.matrix.rows_file import row_toml, write_derived
 from envbuilder.matrix.upstream_lock import load_extract, read_uv_lock, select_pins
 
 REPO = Path(__file__).resolve().parents[2]
-SNAP_060 = FIXTURES / "pypi-snapshot-v0.6.0.json"
-SNAP_040 = FIXTURES / "pypi-snapshot-v0.4.0.json"
+SNAP_060 = SNAPSHOTS / "pypi-snapshot-v0.6.0.json"
+SNAP_040 = SNAPSHOTS / "pypi-snapshot-v0.4.0.json"
 REF = r"^[\w.-]+/[\w.-]+:\S+@\S+|^https://"
 
 
@@ -32,8 +44,7 @@ REF = r"^[\w.-]+/[\w.-]+:\S+@\S+|^https://"
 def repos(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     tmp = tmp_path_factory.mktemp("repos")
     lm, commits = megatron_lm_repo(tmp)
-    mb = release_repo(tmp, {"v0.4.0": "megatron-bridge-v0.4.0", "v0.4.2": "megatron-bridge-v0.4.2",
-                            "v0.6.0": "megatron-bridge-v0.6.0"}, commits)
+    mb = release_repo(tmp, write_releases(tmp, "v0.4.0", "v0.4.2", "v0.6.0"), commits)
     return mb, lm
 
 
@@ -94,8 +105,8 @@ def test_v0_6_0_carries_upstreams_overrides_with_their_reasons(row_060: DerivedR
     assert not any(r.startswith("torch") for r in forced)  # torch/vision/triton: a note, not a drop
     drops = {d.package: d for d in row_060.drop_packages}
     assert {"av", "imageio", "imageio-ffmpeg"} <= set(drops) and drops["av"].reason == "security"
-    # upstream builds it from git because 'PyPI sdist is incomplete': left out, with upstream's words
-    assert "PyPI sdist is incomplete" in drops["fast-hadamard-transform"].text
+    # upstream builds it from git (an override to a git URL, in the closure): left out, with the line's comment
+    assert FHT_WHY in drops["fast-hadamard-transform"].text and drops["fast-hadamard-transform"].reason == "upstream"
     assert all(o.status == "derived" for o in (*row_060.override_dependencies, *row_060.drop_packages))
 
 
@@ -124,7 +135,8 @@ def test_v0_4_0_takes_the_published_table_that_v0_4_2_adds(row_040: DerivedRow) 
 def test_upstream_lock_extract_is_one_version_per_package_and_round_trips(row_040: DerivedRow) -> None:
     extract = row_040.upstream_lock
     names = [p.name for p in extract.pins]
-    assert names == sorted(set(names)) and len(names) == 348
+    # one pin per package of the lock (the s390x fork's other side left out; the editables filled in)
+    assert names == sorted(set(names)) and len(names) == len({p.name for p in RELEASES["v0.4.0"].lock})
     assert extract.source == "NVIDIA-NeMo/Megatron-Bridge:uv.lock@v0.4.0"
     by = extract.by_name
     assert by["megatron-core"].version == "0.17.0rc0" and by["megatron-core"].kind == "editable"
@@ -136,11 +148,18 @@ def test_upstream_lock_extract_is_one_version_per_package_and_round_trips(row_04
 
 
 def test_s390x_forks_resolve_to_the_x86_64_version() -> None:
-    text = (FIXTURES / "megatron-bridge-v0.4.0" / "uv.lock").read_text()
-    data = read_uv_lock(text, "uv.lock")
+    lock = RELEASES["v0.4.0"].lock
+    data = read_uv_lock(uv_lock(RELEASES["v0.4.0"]), "uv.lock")
     # the lock forks on platform_machine == 's390x'; the extract keeps the x86_64 side only
-    assert data["resolution-markers"] == ["platform_machine != 's390x'", "platform_machine == 's390x'"]
-    assert len(select_pins(data, "3.12", "uv.lock")) == 346  # the two editable members carry no version
+    assert data["resolution-markers"] == [NOT_S390X, S390X]
+    forked = [p for p in lock if p.markers]
+    assert len(forked) == 2 and forked[0].name == forked[1].name
+    x86 = next(p.version for p in forked if p.markers == (NOT_S390X,))
+    pins = {p.name: p for p in select_pins(data, "3.12", "uv.lock")}
+    assert pins[forked[0].name].version == x86
+    # the two editable members carry no version: nothing to pin without their package_info.py
+    assert set(pins) == {p.name for p in lock if p.version is not None}
+    assert "megatron-bridge" not in pins and "megatron-core" not in pins
 
 
 def test_upstream_override_comments_are_read_line_by_line(repos: tuple[Path, Path]) -> None:
@@ -148,15 +167,18 @@ def test_upstream_override_comments_are_read_line_by_line(repos: tuple[Path, Pat
 
     files = read_release(GitTree(repos[0], "NVIDIA-NeMo/Megatron-Bridge", "v0.6.0"))
     got = {o.text: o for o in upstream_overrides(files)}
-    assert got["urllib3>=2.6.3"].comment == "To address CVE-2026-21441" and got["urllib3>=2.6.3"].security
+    assert got["urllib3>=2.6.3"].comment == CVE_URLLIB3 and got["urllib3>=2.6.3"].security
     assert got["av; sys_platform == 'never'"].never and got["av; sys_platform == 'never'"].security
     assert got["cachetools>=5.0.0"].comment == "" and not got["cachetools>=5.0.0"].security
     assert got[next(t for t in got if t.startswith("transformer-engine @"))].url is not None
 
 
 def test_package_info_is_read_without_running_it() -> None:
-    text = (FIXTURES / "megatron-lm-d7288711" / "package_info.py").read_text()
-    assert package_info_version(text, "package_info.py") == "0.17.0rc0"
+    assert package_info_version(package_info(MEGATRON_LM["v0.4.0"][1]), "package_info.py") == "0.17.0rc0"
+    # the module is parsed, never imported: an import that would fail and computed names are ignored
+    text = ("import no_such_module\nMAJOR = 0\nMINOR = 19\nPATCH = 0\nPRE_RELEASE = ''\n"
+            "VERSION = (MAJOR, MINOR, PATCH, PRE_RELEASE)\n__version__ = '.'.join(map(str, VERSION[:3]))\n")
+    assert package_info_version(text, "package_info.py") == "0.19.0"
     with pytest.raises(ReleaseArtifactError) as exc:
         package_info_version("MAJOR = 0\nMINOR = 'x'\n", "p.py")
     assert exc.value.details["field"] == "MINOR"
@@ -165,7 +187,7 @@ def test_package_info_is_read_without_running_it() -> None:
 def test_a_source_archive_has_no_submodule_commit(tmp_path: Path) -> None:
     archive = tmp_path / "Megatron-Bridge-0.6.0.tar.gz"
     with tarfile.open(archive, "w:gz") as t:
-        t.add(FIXTURES / "megatron-bridge-v0.6.0", arcname="Megatron-Bridge-0.6.0")
+        t.add(write_release(tmp_path / "v0.6.0", RELEASES["v0.6.0"]), arcname="Megatron-Bridge-0.6.0")
     row = derive_release("0.6.0", str(archive), snapshot=SNAP_060)
     assert row.release == "26.08" and row.facts["torch"].value == "2.13.0"
     mcore = row.facts["megatron_core"]
@@ -177,37 +199,42 @@ def test_a_source_archive_has_no_submodule_commit(tmp_path: Path) -> None:
 # --- bad input: typed, names the file and field, writes nothing ----------------------------------------
 
 
-def _repo_without(tmp: Path, fixture: str, remove: str, replace: dict[str, str] | None = None) -> Path:
-    src = tmp / "src"
-    shutil.copytree(FIXTURES / fixture, src / fixture)
+def _v060(tmp: Path) -> Path:
+    return write_release(tmp / "src" / "v0.6.0", RELEASES["v0.6.0"])
+
+
+def _repo_without(tmp: Path, remove: str, replace: dict[str, str] | None = None) -> Path:
+    tree = _v060(tmp)
     if remove:
-        (src / fixture / remove).unlink()
+        (tree / remove).unlink()
     for path, text in (replace or {}).items():
-        (src / fixture / path).write_text(text)
-    return release_repo(tmp, {"v0.6.0": fixture}, root=src)
+        (tree / path).write_text(text)
+    return release_repo(tmp, {"v0.6.0": tree})
 
 
 def test_a_partial_release_names_the_missing_file(tmp_path: Path) -> None:
-    repo = _repo_without(tmp_path, "megatron-bridge-v0.6.0", "uv.lock")
+    repo = _repo_without(tmp_path, "uv.lock")
     with pytest.raises(ReleaseArtifactError) as exc:
         derive_release("0.6.0", str(repo), snapshot=SNAP_060)
     assert "uv.lock@v0.6.0 is missing" in exc.value.cause and exc.value.details["file"] == "uv.lock"
 
 
 def test_a_malformed_release_names_file_and_field(tmp_path: Path) -> None:
-    lock = (FIXTURES / "megatron-bridge-v0.6.0" / "uv.lock").read_text()
-    repo = _repo_without(tmp_path / "a", "megatron-bridge-v0.6.0", "", {"uv.lock": lock[: len(lock) // 2]})
+    lock = uv_lock(RELEASES["v0.6.0"])
+    assert 'name = "torch"\n' in lock
+    repo = _repo_without(tmp_path / "a", "", {"uv.lock": lock.replace('name = "torch"\n', 'name = "torch\n', 1)})
     with pytest.raises(ReleaseArtifactError) as exc:
         derive_release("0.6.0", str(repo), snapshot=SNAP_060)
     assert "uv.lock" in exc.value.cause and "not valid TOML" in exc.value.cause
-    docker = (FIXTURES / "megatron-bridge-v0.6.0" / "docker" / "Dockerfile.ci").read_text()
-    repo = _repo_without(tmp_path / "b", "megatron-bridge-v0.6.0", "",
+    docker = (_v060(tmp_path / "t") / "docker" / "Dockerfile.ci").read_text()
+    assert "ARG BASE_IMAGE=" in docker
+    repo = _repo_without(tmp_path / "b", "",
                          {"docker/Dockerfile.ci": docker.replace("ARG BASE_IMAGE=", "ARG BASE=")})
     with pytest.raises(ReleaseArtifactError) as exc:
         derive_release("0.6.0", str(repo), snapshot=SNAP_060)
     assert exc.value.details["file"] == "docker/Dockerfile.ci" and exc.value.details["field"] == "ARG BASE_IMAGE"
-    versions = json.loads((FIXTURES / "megatron-bridge-v0.6.0" / "docs" / "versions1.json").read_text())
-    repo = _repo_without(tmp_path / "c", "megatron-bridge-v0.6.0", "",
+    versions = json.loads((_v060(tmp_path / "t") / "docs" / "versions1.json").read_text())
+    repo = _repo_without(tmp_path / "c", "",
                          {"docs/versions1.json": json.dumps([e for e in versions if e.get("version") != "0.6.0"])})
     with pytest.raises(ReleaseArtifactError) as exc:
         derive_release("0.6.0", str(repo), snapshot=SNAP_060)
@@ -289,20 +316,33 @@ def test_a_row_that_does_not_validate_writes_nothing(tmp_path: Path, row_060: De
 
 
 def test_committed_rows_are_what_derive_writes(row_060: DerivedRow, row_040: DerivedRow) -> None:
-    """matrices/mbridge.toml's 26.08 and 26.04 rows are the derivation of the real files (plus the rows'
-    curated cuBLAS fix), and their extracts are byte for byte what derive writes."""
-    for row in (row_060, row_040):
-        assert (REPO / "matrices" / row.extract_file).read_text() == row.upstream_lock.to_toml()
-        committed = load_matrix(REPO / "matrices").find_row(release=row.release)
+    """matrices/mbridge.toml's 26.08 and 26.04 rows are the derivation of their releases (plus the rows'
+    curated cuBLAS fix): derived from trees holding the same facts, every fact has the committed value,
+    status and source, and every package of the generated lock is extracted as the committed extract has it."""
+    from envbuilder.matrix.upstream_lock import sha256_text
+
+    m = load_matrix(REPO / "matrices")
+    for row, tag in ((row_060, "v0.6.0"), (row_040, "v0.4.0")):
+        committed = m.find_row(release=row.release)
         assert committed is not None
         for key, fact in row.facts.items():
-            if key == "upstream_lock":
+            if key == "upstream_lock":  # its source names the lock's sha256 and size: checked below
+                assert committed.upstream_lock is not None and committed.upstream_lock.file == fact.value
                 continue
             mine = committed.fact(key)
             assert (mine.value, mine.status) == (fact.value, fact.status), key
             # the test's Megatron-LM commit ids differ; the committed rows also name TE's tag (derived with --te)
             if key not in ("megatron_core", "transformer_engine"):
                 assert mine.source == fact.source, key
+        generated = uv_lock(RELEASES[tag])
+        extract = row.upstream_lock
+        assert extract.sha256 == sha256_text(generated.encode())
+        assert f"sha256 {extract.sha256[:12]}, {len(extract.pins)} packages" in row.facts["upstream_lock"].source
+        real = load_extract((REPO / "matrices" / row.extract_file).read_text(), row.extract_file)
+        assert (extract.source, extract.environment) == (real.source, real.environment)
+        assert len(extract.pins) == len({p.name for p in RELEASES[tag].lock}) < len(real.pins)
+        for pin in extract.pins:
+            assert real.by_name[pin.name] == pin, pin.name
     assert "[[release]]" in row_toml(row_060)
 
 

@@ -1,8 +1,9 @@
 """The drift job makes rows, not lists: `matrix refresh --derive-from` turns a new Megatron-Bridge release on
 PyPI into a derived row, `lock` locks it, scripts/drift-pr.sh opens the pull request with both. End to end
-against a fixture tag: a local bare repository holding real v0.6.0 files (tests/release_repo.py) and the
-recorded PyPI snapshot of that day. GitHub's `gh` cannot run here: a stand-in on PATH records what
-drift-pr.sh asks of it, and `origin` is a local bare repository."""
+against a fixture tag: a local bare repository holding v0.6.0's files generated from its facts
+(tests/release_facts.py, tests/release_repo.py) and the recorded PyPI snapshot of that day. GitHub's `gh`
+cannot run here: a stand-in on PATH records what drift-pr.sh asks of it, and `origin` is a local bare
+repository."""
 
 from __future__ import annotations
 
@@ -14,12 +15,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from release_repo import FIXTURES, megatron_lm_repo, release_repo
+from release_facts import write_releases
+from release_repo import SNAPSHOTS, megatron_lm_repo, release_repo
 
 from envbuilder.matrix import load_matrix
 
 REPO = Path(__file__).resolve().parents[2]
-SNAPSHOT = FIXTURES / "pypi-snapshot-v0.6.0.json"
+SNAPSHOT = SNAPSHOTS / "pypi-snapshot-v0.6.0.json"
 GIT = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid", "GIT_COMMITTER_NAME": "t",
        "GIT_COMMITTER_EMAIL": "t@example.invalid"}
 
@@ -46,7 +48,7 @@ def _refresh(project: Path, mb: Path, lm: Path) -> subprocess.CompletedProcess[s
 @pytest.fixture()
 def upstream(tmp_path: Path) -> tuple[Path, Path]:
     lm, commits = megatron_lm_repo(tmp_path)
-    return release_repo(tmp_path, {"v0.6.0": "megatron-bridge-v0.6.0"}, commits), lm
+    return release_repo(tmp_path, write_releases(tmp_path, "v0.6.0"), commits), lm
 
 
 def test_refresh_derives_and_writes_the_new_release(tmp_path: Path, upstream: tuple[Path, Path]) -> None:
@@ -66,8 +68,8 @@ def test_refresh_derives_and_writes_the_new_release(tmp_path: Path, upstream: tu
     assert row.megatron_core.value == "0.19.0" and row.upstream_lock is not None
     # the previous row's hand-made cuBLAS fix is not derived: the new row says so, for the reviewer
     assert any("26.06.01, carries fixes" in n.text and "nvidia-cublas>=13.2,<13.3" in n.text for n in row.notes)
-    # the same facts as the committed row (derived from the mirror); sources differ only where they name the
-    # test repository's Megatron-LM commit and TE's tag (the committed row was derived with --te)
+    # the same fact values as the committed row (derived from the mirror); sources differ where they name the
+    # test repository's Megatron-LM commit, TE's tag (the committed row was derived with --te) and the lock's size
     real = load_matrix(REPO / "matrices").find_row(release="26.08")
     assert real is not None
     assert {k: f.value for k, f in row.facts.items()} == {k: f.value for k, f in real.facts.items()}
