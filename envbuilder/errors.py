@@ -670,6 +670,14 @@ class InputTooDeepError(EnvbuilderError):
     kind = "input-too-deep"
 
 
+class WheelStubError(EnvbuilderError):
+    """The lock pins a release PyPI serves only as a wheel-stub sdist: building it downloads the real wheel
+    from another index, online and unhashed, so no bundle can carry it (matrices/pypi_stubs.toml)."""
+
+    exit_code = 123
+    kind = "wheel-stub"
+
+
 # --- 70: internal error (a bug) -------------------------------------------------------------
 
 

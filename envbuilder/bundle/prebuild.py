@@ -13,6 +13,9 @@ backend on the target); otherwise the sdist travels and the bundle says so.
 from __future__ import annotations
 
 import os
+import sys
+import tarfile
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,10 +23,16 @@ from packaging.utils import parse_wheel_filename
 
 from envbuilder import procs
 from envbuilder.atomic import run_tempdir
+from envbuilder.errors import WheelStubError
 from envbuilder.lock.interpreter import interpreter_for
 from envbuilder.lock.record import sha256_file
 from envbuilder.lock.uvrun import uv_binary, uv_env
 from envbuilder.progress import Progress
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 
 @dataclass(frozen=True)
@@ -58,9 +67,46 @@ def runs_on(target_glibc: str | None) -> bool:
     return tuple(int(x) for x in target_glibc.split(".")) >= here
 
 
+_PYPROJECT_MAX = 256 * 1024
+
+
+def wheel_stub_index(sdist: Path) -> str | None:
+    """The index a wheel-stub sdist downloads its real wheel from (build-backend wheel_stub.buildapi),
+    or None for a real sdist. Reads only the top-level pyproject.toml, at most 256 KiB of it."""
+    try:
+        if sdist.name.endswith(".zip"):
+            with zipfile.ZipFile(sdist) as z:
+                names = [n for n in z.namelist() if n.count("/") == 1 and n.endswith("/pyproject.toml")]
+                raw = z.open(names[0]).read(_PYPROJECT_MAX) if names else b""
+        else:
+            with tarfile.open(sdist) as t:
+                member = next((m for m in t if m.isfile() and m.name.count("/") == 1
+                               and m.name.endswith("/pyproject.toml")), None)
+                f = t.extractfile(member) if member is not None else None
+                raw = f.read(_PYPROJECT_MAX) if f is not None else b""
+        data = tomllib.loads(raw.decode("utf-8", "replace"))
+    except (OSError, tarfile.TarError, zipfile.BadZipFile, tomllib.TOMLDecodeError, EOFError):
+        return None  # not readable as a stub: uv build says what is wrong with it
+    backend = str(data.get("build-system", {}).get("build-backend", ""))
+    if not backend.startswith("wheel_stub"):
+        return None
+    return str(data.get("tool", {}).get("wheel_stub", {}).get("index_url", "another index"))
+
+
+def refuse_wheel_stub(package: str, version: str, sdist: Path) -> None:
+    index = wheel_stub_index(sdist)
+    if index is not None:
+        raise WheelStubError(
+            f"{package} {version} from PyPI is a wheel-stub sdist: building it downloads the real wheel from {index}, "
+            "online and unhashed, so the bundle cannot carry it",
+            f"pin a release of {package} that PyPI serves as a wheel: add the stub to matrices/pypi_stubs.toml and "
+            f"re-derive the row (`envbuilder matrix derive --write`), then lock again")
+
+
 def prebuild(package: str, version: str, sdist: Path, sdist_sha256: str, python: str, out: Path,
              ca_bundle: Path | None, progress: Progress, target_glibc: str | None = None) -> Prebuilt | str:
     """A pure wheel built from `sdist`, or the reason there is none (the sdist then travels as is)."""
+    refuse_wheel_stub(package, version, sdist)
     env = uv_env(ca_bundle)
     # a concrete interpreter when one is installed: "3.12" alone makes uv look for a managed Python (a
     # download from GitHub) whenever the default python3 is another version or a pyenv shim cannot run

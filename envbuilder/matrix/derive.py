@@ -29,6 +29,7 @@ from envbuilder.matrix.model import (
     CONTAINER_PREFIX,
     DERIVED,
     NONE,
+    ROW,
     SECURITY,
     UNKNOWN,
     UPSTREAM,
@@ -38,6 +39,7 @@ from envbuilder.matrix.model import (
     Note,
     OverrideDependency,
     PackageCutoff,
+    PypiStub,
 )
 from envbuilder.matrix.release_files import (
     MEGATRON_LM_REPO,
@@ -250,7 +252,8 @@ def _pinned(ctx: _Ctx, package: str, fld: str) -> Fact:
 
 
 def derive_row(files: ReleaseFiles, version: str, pypi: PypiFacts, docs: Sequence[ReleaseTree],
-               megatron_lm: ReleaseTree | None, te: TeRelease | None = None) -> DerivedRow:
+               megatron_lm: ReleaseTree | None, te: TeRelease | None = None,
+               stubs: Sequence[PypiStub] = ()) -> DerivedRow:
     """The draft row of Megatron-Bridge `version` from its release tag's files.
 
     docs: trees to read docs/versions1.json and the software-versions table from, the release's own
@@ -340,10 +343,11 @@ def derive_row(files: ReleaseFiles, version: str, pypi: PypiFacts, docs: Sequenc
                                           f"upload {released}, rounded up to the minute)", DERIVED)
 
     overrides, drops, carried_notes = _carry_overrides(ctx, facts)
+    overrides, stub_cutoffs = _replace_stubs(ctx, overrides, stubs, cutoff)
     drops += _git_only(ctx, facts, {d.package for d in drops})
     notes += carried_notes
     notes += _standard_notes(ctx, facts, release)
-    cutoffs = _late_components(ctx, facts, cutoff)
+    cutoffs = _late_components(ctx, facts, cutoff) + stub_cutoffs
     lock_source = ctx.at("uv.lock")
     extract = UpstreamLock(lock_source, sha256_text(files.uv_lock_bytes), environment_label(files.python),
                            tuple(_with_pypi(p, pypi) for p in pin_list),
@@ -546,6 +550,48 @@ def _carry_overrides(ctx: _Ctx, facts: dict[str, Fact]
                           f"{src}: " + ", ".join(f"'{n}; sys_platform == \"never\"'" for n in from_container) + ")",
                           DERIVED))
     return overrides, drops, notes
+
+
+def _replace_stubs(ctx: _Ctx, overrides: list[OverrideDependency], stubs: Sequence[PypiStub], cutoff: str
+                   ) -> tuple[list[OverrideDependency], list[PackageCutoff]]:
+    """Where upstream pins (in its uv.lock or its own override) a release that PyPI serves only as a
+    wheel-stub sdist, the row pins the stub table's next release with a wheel: the stub would download
+    the real wheel at build time, online and unhashed (matrices/pypi_stubs.toml)."""
+    by_pin = {(canonicalize_name(s.package), s.version): s for s in stubs}
+    wanted: dict[str, PypiStub] = {}
+    for pin in ctx.pins.values():
+        stub = by_pin.get((canonicalize_name(pin.name), pin.version))
+        if stub is not None and canonicalize_name(pin.name) in _closure(ctx):
+            wanted[canonicalize_name(pin.name)] = stub
+    for o in overrides:
+        m = re.fullmatch(r"\s*([A-Za-z0-9._-]+)\s*==\s*([^\s;,]+)\s*", o.requirement.split(";")[0])
+        if m and (stub := by_pin.get((canonicalize_name(m.group(1)), m.group(2)))) is not None:
+            wanted[canonicalize_name(stub.package)] = stub
+    if not wanted:
+        return overrides, []
+    kept = [o for o in overrides if _requirement_name(o.requirement) not in wanted]
+    cutoffs = []
+    for name, stub in sorted(wanted.items()):
+        pinned = ctx.pins.get(name)
+        origin = ("from PyPI" if pinned is None or pinned.origin == PYPI
+                  else f"from {pinned.origin.removeprefix('index:')}")
+        kept.append(OverrideDependency(
+            f"{stub.package}=={stub.instead}",
+            f"upstream pins {stub.package} {stub.version} ({origin}); PyPI serves {stub.version} only as a wheel-stub "
+            f"sdist whose build downloads the real wheel from {stub.index_url}, online and unhashed: the row pins "
+            f"{stub.instead}, the next PyPI release with a wheel",
+            f"{ctx.at('uv.lock')} ({stub.package} {stub.version}); {stub.source}", ROW, DERIVED))
+        if _after(stub.instead_uploaded, cutoff):
+            cutoffs.append(PackageCutoff(stub.package, _ceil_minute(stub.instead_uploaded),
+                                         f"{stub.package} {stub.instead} (instead of the wheel-stub {stub.version}) "
+                                         f"reached PyPI on {_seconds(stub.instead_uploaded)}, after the release",
+                                         stub.source, DERIVED))
+    return kept, cutoffs
+
+
+def _requirement_name(requirement: str) -> str:
+    m = re.match(r"\s*([A-Za-z0-9._-]+)", requirement)
+    return canonicalize_name(m.group(1)) if m else ""
 
 
 def _closure(ctx: _Ctx) -> set[str]:

@@ -39,6 +39,7 @@ from envbuilder.matrix.model import (
     Note,
     OverrideDependency,
     PackageCutoff,
+    PypiStub,
     PythonRequirement,
     Release,
     ToolkitFile,
@@ -498,6 +499,22 @@ def _load_unimportable(f: _File) -> list[Unimportable]:
     return out
 
 
+def _load_pypi_stubs(f: _File) -> list[PypiStub]:
+    return [PypiStub(**{k: str(_plain(f, "stub", i, row, k, _check_str)) for k in (
+        "package", "version", "index_url", "instead", "instead_uploaded", "source")})
+        for i, row in enumerate(f.rows("stub"))]
+
+
+def load_pypi_stubs(directory: Path | None = None) -> tuple[PypiStub, ...]:
+    """matrices/pypi_stubs.toml alone (what `matrix derive` needs of the matrix)."""
+    p = (Path(directory) if directory else matrices_dir()) / "pypi_stubs.toml"
+    if not p.exists():
+        return ()
+    f = _File(p)
+    _schema_check(f)
+    return tuple(_load_pypi_stubs(f))
+
+
 def _load_gpus(f: _File) -> list[Gpu]:
     out = []
     checks: dict[str, Check] = {"sm": _check_sm, "memory_gib": _check_number, "datacenter": _check_bool,
@@ -614,7 +631,7 @@ def load_matrix(directory: Path | None = None) -> Matrix:
     torch_f, te_f = opt("torch.toml"), opt("transformer_engine.toml")
     bp_f, pr_f, gpu_f = opt("build_packages.toml"), opt("python_requirements.toml"), opt("gpus.toml")
     wheels_f, toolkits_f = opt("prebuilt_wheels.toml"), opt("cuda_toolkits.toml")
-    unimportable_f = opt("unimportable.toml")
+    unimportable_f, stubs_f = opt("unimportable.toml"), opt("pypi_stubs.toml")
     return Matrix(
         releases=tuple(releases),
         cuda_releases=tuple(cuda),
@@ -629,4 +646,5 @@ def load_matrix(directory: Path | None = None) -> Matrix:
         cuda_toolkits=_load_toolkits(toolkits_f) if toolkits_f else (),
         te_loads_pip_libraries_since=_load_te_loader(te_f) if te_f else None,
         unimportable=tuple(_load_unimportable(unimportable_f)) if unimportable_f else (),
+        pypi_stubs=tuple(_load_pypi_stubs(stubs_f)) if stubs_f else (),
     )

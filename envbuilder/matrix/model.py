@@ -391,6 +391,19 @@ class Gpu:
 
 
 @dataclass(frozen=True)
+class PypiStub:
+    """A PyPI release that is a wheel-stub sdist: its build downloads the real wheel from `index_url`
+    (matrices/pypi_stubs.toml). A hermetic lock pins `instead`, the next release with a wheel."""
+
+    package: str
+    version: str
+    index_url: str
+    instead: str
+    instead_uploaded: str
+    source: str
+
+
+@dataclass(frozen=True)
 class Matrix:
     releases: tuple[Release, ...]
     cuda_releases: tuple[CudaRelease, ...] = ()
@@ -408,6 +421,7 @@ class Matrix:
     # the first TE that loads the pip wheels' cuDNN and NVRTC libraries itself (transformer_engine.toml [[loader]])
     te_loads_pip_libraries_since: Fact | None = None
     unimportable: tuple[Unimportable, ...] = ()
+    pypi_stubs: tuple[PypiStub, ...] = ()
 
     def names(self, include_test: bool = False) -> list[str]:
         return [r.name for r in self.releases if include_test or not r.test_only]

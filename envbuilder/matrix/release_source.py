@@ -34,6 +34,7 @@ from envbuilder import procs
 from envbuilder.atomic import write_atomic
 from envbuilder.errors import NetworkError, ReleaseSourceError
 from envbuilder.matrix.derive import DerivedRow, PypiFacts, TeRelease, derive_row
+from envbuilder.matrix.load import load_pypi_stubs
 from envbuilder.matrix.refresh import PYPI_JSON, first_uploads
 from envbuilder.matrix.release_files import MBRIDGE_REPO, MEGATRON_LM_REPO, SUBMODULE, read_release
 from envbuilder.progress import Progress
@@ -364,7 +365,7 @@ def derive_release(version: str, source: str = DEFAULT_SOURCE, megatron_lm: str 
         pin = re.search(r"transformer-engine\s*@\s*git\+\S+?@([0-9a-f]{40})", files.pyproject_text)
         te_rel = te_release(te, pin.group(1) if pin else None)
         with open_megatron_lm(megatron_lm, commit, tree, progress) as lm:
-            return derive_row(files, version, pypi, docs, lm, te_rel)
+            return derive_row(files, version, pypi, docs, lm, te_rel, load_pypi_stubs())
 
 
 NEMO_NEEDS = ("uv.lock", "docs/versions1.json")
