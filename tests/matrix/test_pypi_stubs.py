@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import io
 import tarfile
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from envbuilder.bundle.prebuild import prebuild, wheel_stub_index
 from envbuilder.errors import WheelStubError
