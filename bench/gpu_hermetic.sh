@@ -14,7 +14,7 @@
 #   bash bench/gpu_hermetic.sh part      move what this call carried (.devcarry/p*) out of the repository
 #   bash bench/gpu_hermetic.sh poll S    wait for the build (up to S seconds)
 #   bash bench/gpu_hermetic.sh fresh     a fresh venv: `install --cache --trusted-key` (stage 2 pulled and verified,
-#                                        nothing compiled) + `certify --level 1`, timed together
+#                                        nothing compiled) + `certify --level 1` (LEVEL=2 on 2 GPUs), timed together
 set -uo pipefail
 STEP=${1:?step}
 G=$HOME/eb
@@ -68,7 +68,7 @@ fresh)  # the north star, on this host: bundle + signed shared cache -> level-1 
   eb install "$G/bundle" --venv "$G/venv" --python "$PY" --cache "$CACHE" --trusted-key "$G/keys/team.pub" \
       --arch-list 9.0 --json --timings > "$OUT/freshlog/install.json" 2> "$OUT/freshlog/install.err"
   echo "fresh install rc=$? in $(since "$t0") s"; tail -3 "$OUT/freshlog/install.err"; t1=$(now)
-  eb certify --venv "$G/venv" --lock "$G/venv/envbuilder-lock" --level 1 ${ONLY:+--only "$ONLY"} \
+  eb certify --venv "$G/venv" --lock "$G/venv/envbuilder-lock" --level "${LEVEL:-1}" ${ONLY:+--only "$ONLY"} \
       -o "$OUT/cert" --logs "$OUT/freshlog/logs" --json > "$OUT/freshlog/certificate.stdout.json" \
       2> "$OUT/freshlog/console.txt"
   echo "certify rc=$? in $(since "$t1") s; install + certify $(since "$t0") s"
