@@ -42,7 +42,7 @@ cublas_preload() {
   local lib=$G/cublas/lib
   if [ ! -f "$lib/nvidia/cu13/lib/libcublasLt.so.13" ] && ls "$G"/cublas/cublas.whl.part-* >/dev/null 2>&1; then
     cat "$G"/cublas/cublas.whl.part-* > "$G/cublas/whl"
-    (cd "$G/cublas" && awk '{print $1"  whl"}' cublas.sha256 | sha256sum -c -) || return 1
+    (cd "$G/cublas" && awk '{print $1"  whl"}' cublas.sha256 | sha256sum --quiet -c - >&2) || return 1  # stdout is the preload value
     mkdir -p "$lib" && python3 -m zipfile -e "$G/cublas/whl" "$lib" && rm -f "$G/cublas/whl"
   fi
   [ -f "$lib/nvidia/cu13/lib/libcublasLt.so.13" ] && \

@@ -13,7 +13,6 @@ backend on the target); otherwise the sdist travels and the bundle says so.
 from __future__ import annotations
 
 import os
-import sys
 import tarfile
 import zipfile
 from dataclasses import dataclass
@@ -28,11 +27,7 @@ from envbuilder.lock.interpreter import interpreter_for
 from envbuilder.lock.record import sha256_file
 from envbuilder.lock.uvrun import uv_binary, uv_env
 from envbuilder.progress import Progress
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from envbuilder.toml_cache import tomllib
 
 
 @dataclass(frozen=True)
