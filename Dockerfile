@@ -98,6 +98,7 @@ ARG ENVBUILDER_REVISION
 ARG ENVBUILDER_ROW
 ARG ENVBUILDER_LOCK_SHA256
 ARG ENVBUILDER_BASE
+ARG TORCH_CUDA_ARCH_LIST=8.0;8.6;8.9;9.0;10.0;12.0
 LABEL org.opencontainers.image.created="${ENVBUILDER_CREATED}" \
       org.opencontainers.image.version="${ENVBUILDER_ROW}" \
       org.opencontainers.image.revision="${ENVBUILDER_REVISION}" \
@@ -108,4 +109,5 @@ LABEL org.opencontainers.image.created="${ENVBUILDER_CREATED}" \
       io.envbuilder.mode="hermetic" \
       io.envbuilder.version="${ENVBUILDER_VERSION}" \
       io.envbuilder.source-date-epoch="${SOURCE_DATE_EPOCH}" \
-      io.envbuilder.stage="runtime"
+      io.envbuilder.stage="runtime" \
+      io.envbuilder.arch-list="${TORCH_CUDA_ARCH_LIST:-none}"

@@ -25,6 +25,7 @@ from envbuilder.templating import template_env
 IMAGE_LABELS = {
     "lock_sha256": record.LABEL_LOCK_SHA256, "row": record.LABEL_ROW, "mode": record.LABEL_MODE,
     "version": record.LABEL_VERSION, "source_date": record.LABEL_SOURCE_DATE, "stage": record.LABEL_STAGE,
+    "arch_list": record.LABEL_ARCH_LIST,
 }
 _SECRET_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 

@@ -40,6 +40,8 @@ LABEL_MODE = "io.envbuilder.mode"
 LABEL_VERSION = "io.envbuilder.version"
 LABEL_SOURCE_DATE = "io.envbuilder.source-date-epoch"
 LABEL_STAGE = "io.envbuilder.stage"
+# the arch list the image's kernels were compiled for (TORCH_CUDA_ARCH_LIST; "none" without CUDA)
+LABEL_ARCH_LIST = "io.envbuilder.arch-list"
 LABEL_IMAGE_ID = "io.envbuilder.image-id"
 
 __all__ = [

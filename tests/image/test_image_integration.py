@@ -37,6 +37,7 @@ def test_smoke_image_labels_bind_to_the_lock(smoke_image: str, smoke_lockdir: Pa
     labels = engine.inspect(engine.client(), smoke_image)["Config"]["Labels"]
     assert labels["io.envbuilder.lock-sha256"] == record["lock_sha256"]
     assert labels["io.envbuilder.row"] == "smoke"
+    assert labels["io.envbuilder.arch-list"] == "none"  # the smoke row compiles no CUDA kernels
     assert labels["io.envbuilder.source-date-epoch"] == str(record["source_date_epoch"])
     assert labels["io.envbuilder.version"] and labels["org.opencontainers.image.revision"]
     assert labels["org.opencontainers.image.created"].startswith("2026-07-15T")  # from exclude_newer
