@@ -23,7 +23,7 @@ from envbuilder.lock.fidelity import Fidelity, compare, our_versions
 from envbuilder.lock.interpreter import interpreter_for, own_interpreter, uv_lacked_interpreter
 from envbuilder.lock.kernel_sources import check_kernel_sources, derive_uncovered
 from envbuilder.lock.platform import check_platform, fetch_release_files, find_constraint, source_builds, target_tags
-from envbuilder.lock.record import RECORD_NAME, GitSource, LockRecord, build_record, source_date_epoch
+from envbuilder.lock.record import RECORD_NAME, GitSource, LockFindings, LockRecord, build_record, source_date_epoch
 from envbuilder.lock.reuse import UvLockRun, lock_offline_first, reusable_constraints, seed_from
 from envbuilder.lock.uvlock import LockedPackage, read_uv_lock, stage1_closure, stage1_packages
 from envbuilder.lock.uvrun import uv_version
@@ -329,11 +329,10 @@ def _lock_into(matrix: Matrix, req: ResolveRequest, opts: LockOptions, res: Reso
             progress(f"warning: stage 1 depends on {name}; stage 1 installs with --no-install-package {name}")
         python, builds = _choose_target_python(res, req, locked, root, progress)
         fidelity = _fidelity(matrix, res, staging, constraints, progress)
-        record = build_record(res, req, staging, uv_version() or "unknown", constraints, local_rel,
-                              [str(p) for p in opts.find_links if p.is_dir()], deferred,
-                              target_python=python, source_builds=builds, kernel_less=kernel_less,
-                              git_sources=git_sources,
-                              fidelity=fidelity.to_dict() if fidelity else None)
+        record = build_record(res, req, staging, LockFindings(
+            uv_version() or "unknown", constraints, local_rel, [str(p) for p in opts.find_links if p.is_dir()],
+            deferred, target_python=python, source_builds=builds, kernel_less=kernel_less,
+            git_sources=git_sources, fidelity=fidelity.to_dict() if fidelity else None))
         write_atomic(staging / RECORD_NAME, record.to_json())
         # `uv sync` in the lock directory picks the interpreter the record targets
         write_atomic(staging / PYTHON_VERSION_NAME, f"{python}\n")

@@ -9,7 +9,7 @@ Builds, exports and certificates bind to `lock_sha256` (the sha256 of uv.lock).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -45,9 +45,9 @@ LABEL_ARCH_LIST = "io.envbuilder.arch-list"
 LABEL_IMAGE_ID = "io.envbuilder.image-id"
 
 __all__ = [
-    "LABEL_IMAGE_ID", "LABEL_LOCK_SHA256", "LABEL_MODE", "LABEL_ROW", "LABEL_SOURCE_DATE", "LABEL_STAGE",
-    "LABEL_VERSION", "RECORD_NAME", "SCHEMA", "GitSource", "LockRecord", "LockTarget", "PinRecord", "build_record",
-    "dumps_record", "sha256_file", "source_date_epoch",
+    "LABEL_ARCH_LIST", "LABEL_IMAGE_ID", "LABEL_LOCK_SHA256", "LABEL_MODE", "LABEL_ROW", "LABEL_SOURCE_DATE",
+    "LABEL_STAGE", "LABEL_VERSION", "RECORD_NAME", "SCHEMA", "GitSource", "LockFindings", "LockRecord", "LockTarget",
+    "PinRecord", "build_record", "dumps_record", "sha256_file", "source_date_epoch",
 ]
 
 
@@ -385,21 +385,32 @@ class LockRecord:
                                    "re-run envbuilder lock instead of editing lock files by hand")
 
 
-def build_record(res: Resolution, req: ResolveRequest, lockdir: Path, uv_version: str,
-                 constraints_added: list[dict[str, str]], local_wheels: dict[str, str],
-                 find_links_used: list[str], stage1_deferred: list[str] | None = None,
-                 target_python: str | None = None, source_builds: dict[str, list[str]] | None = None,
-                 kernel_less: list[str] | None = None,
-                 git_sources: dict[str, GitSource] | None = None,
-                 fidelity: dict[str, Any] | None = None) -> LockRecord:
+@dataclass(frozen=True)
+class LockFindings:
+    """What one lock run found besides the resolution: the facts the record keeps from uv, the index and
+    the locked graph (one value, so build_record takes three things, not thirteen)."""
+
+    uv_version: str
+    constraints_added: list[dict[str, str]] = field(default_factory=list)
+    local_wheels: dict[str, str] = field(default_factory=dict)   # package -> wheel path relative to the lock
+    find_links_used: list[str] = field(default_factory=list)
+    stage1_deferred: list[str] = field(default_factory=list)     # stage-2 packages stage 1 also depends on
+    target_python: str | None = None
+    source_builds: dict[str, list[str]] | None = None
+    kernel_less: list[str] = field(default_factory=list)
+    git_sources: dict[str, GitSource] = field(default_factory=dict)
+    fidelity: dict[str, Any] | None = None
+
+
+def build_record(res: Resolution, req: ResolveRequest, lockdir: Path, found: LockFindings) -> LockRecord:
     files = {name: sha256_file(lockdir / name) for name in ("pyproject.toml", "uv.lock")}
-    for rel in sorted(local_wheels.values()):
+    for rel in sorted(found.local_wheels.values()):
         files[rel] = sha256_file(lockdir / rel)
     files = dict(sorted(files.items()))
     return LockRecord(
         schema=SCHEMA,
         envbuilder_version=__version__,
-        uv_version=uv_version,
+        uv_version=found.uv_version,
         row=res.row,
         mode=res.mode,
         source=res.source,
@@ -407,12 +418,12 @@ def build_record(res: Resolution, req: ResolveRequest, lockdir: Path, uv_version
             row_option=req.row_option, row=req.row, python=req.python, cuda=req.cuda, torch=req.torch,
             torch_index=req.torch_index, overrides=tuple(f"{n}=={v}" for n, v in req.overrides),
             source=req.source, mode=req.mode, glibc=req.glibc, allow_minor_compat=req.allow_minor_compat,
-            find_links=tuple(find_links_used), source_build=req.source_build,
+            find_links=tuple(found.find_links_used), source_build=req.source_build,
             arch_list=req.arch_list.torch if req.arch_list else None),
         host=LockHost(res.host_origin, res.driver, res.sm, req.host.gpu_name, req.host.gpu_count,
                       res.host_torch.recorded() if res.host_torch else None),
         target=LockTarget(
-            python=target_python or res.python, requires_python=res.requires_python, cuda=res.cuda,
+            python=found.target_python or res.python, requires_python=res.requires_python, cuda=res.cuda,
             cudnn=res.cudnn, torch=res.pins["torch"].version if "torch" in res.pins else
             (res.host_torch.torch if res.host_torch else None),
             torch_variant=res.torch_variant, torch_index=res.torch_index, min_driver=res.min_driver,
@@ -420,21 +431,21 @@ def build_record(res: Resolution, req: ResolveRequest, lockdir: Path, uv_version
         ),
         pins={name: PinRecord(p.version, p.stage, p.provenance, p.git_url or None, p.git_tag if p.git_url else None)
               for name, p in sorted(res.pins.items())},
-        local_wheels=dict(sorted(local_wheels.items())),
+        local_wheels=dict(sorted(found.local_wheels.items())),
         provenance=res.provenance,
         omitted=res.omitted,
-        constraints_added=constraints_added,
+        constraints_added=found.constraints_added,
         stage2_packages=sorted(p.name for p in res.stage(2)),
         # stage-2 packages that stage 1 also depends on: stage 1 must skip them
         # (`uv sync --frozen --no-install-package NAME`), stage 2 builds them
-        stage1_deferred=sorted(stage1_deferred or []),
+        stage1_deferred=sorted(found.stage1_deferred),
         # what stage 1 builds from source on target.python: compiled = wheels exist but none fit
-        source_builds=source_builds or {"compiled": [], "sdist_only": []},
+        source_builds=found.source_builds or {"compiled": [], "sdist_only": []},
         stage2_env=res.stage2_env,
         warnings=list(res.warnings),
-        kernel_less=sorted(kernel_less or []),
-        git_sources=dict(sorted((git_sources or {}).items())),
-        fidelity=fidelity or {},
+        kernel_less=sorted(found.kernel_less),
+        git_sources=dict(sorted(found.git_sources.items())),
+        fidelity=found.fidelity or {},
         notes=[{"severity": n.severity, "text": n.text, "source": n.source} for n in res.notes],
         exclude_newer=res.exclude_newer,
         source_date_epoch=source_date_epoch(res.exclude_newer),

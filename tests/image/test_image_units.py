@@ -147,12 +147,12 @@ def test_lockdir_errors(tmp_path: Path) -> None:
     (tmp_path / "envbuilder.lock.json").write_text(json.dumps({"schema": 1, "row": "x", "mode": "hermetic"}))
     with pytest.raises(LockDirError, match="lacks"):
         open_lockdir(tmp_path)
-    from envbuilder.lock.record import build_record
+    from envbuilder.lock.record import LockFindings, build_record
     from envbuilder.matrix import load_matrix
     from envbuilder.resolve import ResolveRequest, resolve
 
     req = ResolveRequest(row="smoke")
-    rec = build_record(resolve(load_matrix(), req), req, tmp_path, "0.13.9", [], {}, [])
+    rec = build_record(resolve(load_matrix(), req), req, tmp_path, LockFindings("0.13.9"))
     (tmp_path / "envbuilder.lock.json").write_text(rec.to_json())
     assert open_lockdir(tmp_path).record == rec
     (tmp_path / "uv.lock").write_text("version = 2\n")

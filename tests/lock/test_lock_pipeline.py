@@ -113,13 +113,13 @@ def test_read_record_detects_tampering(tmp_path: Path) -> None:
     """(the typed record's own tests are in test_lock_record.py)"""
     import hashlib
 
-    from envbuilder.lock.record import build_record
+    from envbuilder.lock.record import LockFindings, build_record
 
     m = load_matrix(REPO / "matrices")
     req = ResolveRequest(row="smoke")
     (tmp_path / "uv.lock").write_text("version = 1\n\n[[package]]\nname = \"x\"\nversion = \"1\"\n")
     (tmp_path / "pyproject.toml").write_text("p")
-    rec = build_record(resolve(m, req), req, tmp_path, "0.13.9", [], {}, [])
+    rec = build_record(resolve(m, req), req, tmp_path, LockFindings("0.13.9"))
     (tmp_path / "envbuilder.lock.json").write_text(rec.to_json())
     assert open_lockdir(tmp_path).record.files == {
         n: hashlib.sha256((tmp_path / n).read_bytes()).hexdigest() for n in ("pyproject.toml", "uv.lock")}

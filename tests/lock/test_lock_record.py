@@ -10,7 +10,7 @@ from golden_files import check_golden
 
 from envbuilder.errors import LockDirError, LockSchemaError
 from envbuilder.lock.lockdir import open_lockdir
-from envbuilder.lock.record import RECORD_NAME, LockRecord, build_record
+from envbuilder.lock.record import RECORD_NAME, LockFindings, LockRecord, build_record
 from envbuilder.matrix import load_matrix
 from envbuilder.render import render_pyproject
 from envbuilder.resolve import ResolveRequest, resolve
@@ -28,9 +28,9 @@ def _record(tmp: Path, nemo: str = "v2.3.0", **kw: object) -> LockRecord:
     res = resolve(m, req)
     (tmp / "pyproject.toml").write_text(render_pyproject(res, m))
     (tmp / "uv.lock").write_text(FIXED_UV_LOCK)
-    rec = build_record(res, req, tmp, "0.13.9", [{"package": "x", "constraint": "x<2", "reason": "test"}], {},
-                       [], ["mamba-ssm"], target_python="3.12",
-                       source_builds={"compiled": [], "sdist_only": ["flash-attn"]})
+    rec = build_record(res, req, tmp, LockFindings(
+        "0.13.9", [{"package": "x", "constraint": "x<2", "reason": "test"}], {}, [], ["mamba-ssm"],
+        target_python="3.12", source_builds={"compiled": [], "sdist_only": ["flash-attn"]}))
     (tmp / RECORD_NAME).write_text(rec.to_json())
     return rec
 
