@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -20,6 +21,13 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 # Apptainer (sid rootfs) and Slurm (localhost daemons) fixtures, and the smoke SIF
 pytest_plugins = ["runtime_fixtures"]
+
+# A test run started in the background by a shell without job control (`cmd &` in a script, nohup) inherits
+# SIGINT ignored, and so would every envbuilder the tests start: Python keeps an inherited SIG_IGN and then
+# installs no KeyboardInterrupt handler. The signal tests must be able to deliver it, so the run takes SIGINT
+# back (a handler, not SIG_IGN, is reset to the default in every child at exec).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _has_gpu() -> bool:

@@ -203,7 +203,7 @@ def test_lock_all_kills_its_running_rows_and_commits_nothing_after_the_signal(tm
            "UV_HTTP_TIMEOUT": "300", "UV_HTTP_RETRIES": "0"}
     for var in ("UV_NO_INDEX", "UV_FIND_LINKS", "UV_OFFLINE"):
         env.pop(var, None)
-    proc = subprocess.Popen([sys.executable, "-m", "envbuilder", "lock", "--all", "-o", str(out), "--jobs", "2"],
+    proc = subprocess.Popen([sys.executable, "-m", "envbuilder", "lock", "--all", "-o", str(out), "--parallel", "2"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
     deadline = time.monotonic() + 120
     uvs: set[int] = set()

@@ -111,11 +111,15 @@ def test_drift_end_to_end_opens_a_pull_request_with_the_row_and_its_lock(tmp_pat
     record = json.loads((project / "locks" / "26.08" / "envbuilder.lock.json").read_text())
     # fidelity over the packages both locks hold, expected from the generated release's facts: upstream's git
     # builds PyPI does not serve differ as git-only, its workspace member (package_info.py says 0.6.1) as the
-    # row's override of the PyPI release; every other package agrees, and nothing is unexplained
+    # row's override of the PyPI release, a release PyPI serves only as a wheel-stub (matrices/pypi_stubs.toml:
+    # nvidia-modelopt 0.46.0rc1) as the row's override with the next release that has a wheel; every other
+    # package agrees, and nothing is unexplained
     fid = record["fidelity"]
     extract = load_extract((project / "matrices" / "upstream" / "megatron-bridge-0.6.0.toml").read_text(), "x")
     both = {p.name for p in extract.pins} & set(our_versions(project / "locks" / "26.08" / "uv.lock"))
+    stubs = {(s.package, s.version) for s in load_matrix(project / "matrices").pypi_stubs}
     expected = {**{p.name: "git-only" for p in extract.pins if p.kind == "git" and not p.on_pypi},
+                **{p.name: "override" for p in extract.pins if (p.name, p.version) in stubs},
                 "megatron-bridge": "override"}
     assert {d["package"]: d["reason"] for d in fid["differences"]} == {k: v for k, v in expected.items() if k in both}
     assert fid["both"] == len(both) and fid["agree"] == len(both) - len(fid["differences"])
