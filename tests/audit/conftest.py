@@ -1,29 +1,23 @@
-"""Real OSV records for the audit tests (tests/audit/data/README.md says where each comes from)."""
+"""The audit tests' offline OSV database: synthetic records written at test time (tests/audit/osv_records.py
+says why they are synthetic and what each exercises)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-DATA = Path(__file__).resolve().parent / "data"
-
-
-@pytest.fixture(scope="session")
-def osv_db() -> Path:
-    """The committed offline database: a directory of real OSV records, one <ID>.json each."""
-    return DATA / "osv"
+from audit import osv_records
 
 
 @pytest.fixture(scope="session")
-def record(osv_db: Path) -> Callable[[str], dict[str, Any]]:
-    """One record of the committed database, by id, as its JSON."""
+def osv_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The offline database: a directory of the synthetic OSV records, one <ID>.json each."""
+    return osv_records.write_db(tmp_path_factory.mktemp("osv"))
 
-    def get(vid: str) -> dict[str, Any]:
-        data: dict[str, Any] = json.loads((osv_db / f"{vid}.json").read_text(encoding="utf-8"))
-        return data
 
-    return get
+@pytest.fixture
+def record() -> Callable[[str], dict[str, Any]]:
+    """One record of the database, by id, as its JSON (a fresh copy the test may edit)."""
+    return osv_records.record

@@ -9,13 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from audit import osv_records as osv
 
 from envbuilder.audit import database
 from envbuilder.audit.database import OfflineDatabase
 from envbuilder.errors import AuditDatabaseError, InputTooDeepError, InputTooLargeError
 
 Rec = Callable[[str], dict[str, Any]]
-IDS = ("PYSEC-2026-1996", "GHSA-38jv-5279-wg99", "PYSEC-2026-1995", "PYSEC-2026-2286", "PYSEC-2025-74")
+IDS = (osv.URLLIB3_PYPA, osv.URLLIB3_GH, osv.URLLIB3_TWO_INTERVALS, osv.TORCH_PYPA, osv.JINJA2_WITHDRAWN)
 
 
 def _ids(db: OfflineDatabase, name: str) -> list[str]:
@@ -38,17 +39,20 @@ def test_zip_directory_jsonl_and_json_layouts_agree(tmp_path: Path, record: Rec)
     assert [d.format for d in dbs] == ["directory", "jsonl", "json", "zip"]
     for d in dbs:
         assert d.records == 5
-        assert d.describe()["withdrawn"] == 1  # PYSEC-2025-74 is withdrawn: never a finding
-        assert _ids(d, "urllib3") == ["GHSA-38jv-5279-wg99", "PYSEC-2026-1995", "PYSEC-2026-1996"]
+        assert d.describe()["withdrawn"] == 1  # JINJA2_WITHDRAWN is withdrawn: never a finding
+        assert _ids(d, "urllib3") == sorted([osv.URLLIB3_PYPA, osv.URLLIB3_GH, osv.URLLIB3_TWO_INTERVALS])
         assert _ids(d, "jinja2") == []
         assert d.describe()["newest_modified"] == max(r["modified"] for r in recs)
     assert len({d.sha256 for d in dbs}) == 4  # each names its own bytes
 
 
-def test_the_committed_database(osv_db: Path, tmp_path: Path) -> None:
+def test_the_generated_database(osv_db: Path, tmp_path: Path) -> None:
     db = OfflineDatabase.open(osv_db)
     desc = db.describe()
-    assert desc["format"] == "directory" and desc["records"] == 13 and desc["withdrawn"] == 1
+    recs = osv.records().values()
+    assert desc["format"] == "directory" and desc["records"] == len(osv.IDS)
+    assert desc["withdrawn"] == sum(1 for r in recs if r.get("withdrawn")) == 1
+    assert desc["newest_modified"] == max(r["modified"] for r in recs)
     # a directory is named by its records, not by where it sits
     import shutil
 
@@ -91,9 +95,10 @@ def test_a_broken_zip_and_oversized_members_are_refused(tmp_path: Path, record: 
     with pytest.raises(AuditDatabaseError, match="not a readable zip"):
         OfflineDatabase.open(broken)
     ok = tmp_path / "ok.zip"
+    member = json.dumps(record(osv.URLLIB3_PYPA))
     with zipfile.ZipFile(ok, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        zf.writestr("PYSEC-2026-1996.json", json.dumps(record("PYSEC-2026-1996")))  # ~5 KB
-    monkeypatch.setattr(database, "MAX_RECORD_BYTES", 1000)
+        zf.writestr(f"{osv.URLLIB3_PYPA}.json", member)
+    monkeypatch.setattr(database, "MAX_RECORD_BYTES", len(member) - 1)
     with pytest.raises(InputTooLargeError, match="larger than"):
         OfflineDatabase.open(ok)
     monkeypatch.setattr(database, "MAX_RECORD_BYTES", 16 << 20)
@@ -110,11 +115,11 @@ def test_a_missing_database(tmp_path: Path) -> None:
 def test_a_malformed_record_is_refused_when_a_lock_needs_it(tmp_path: Path, record: Rec) -> None:
     # records are checked field by field when a lock asks for their package (a full export reads in the time of
     # its JSON); a record the audit uses is never half-read
-    bad = {**record("PYSEC-2026-1996"), "affected": [{"package": {"ecosystem": "PyPI", "name": "urllib3"},
-                                                      "versions": [1]}]}
+    bad = {**record(osv.URLLIB3_PYPA), "affected": [{"package": {"ecosystem": "PyPI", "name": "urllib3"},
+                                                     "versions": [1]}]}
     p = tmp_path / "db.jsonl"
-    p.write_text(json.dumps(bad) + "\n" + json.dumps(record("PYSEC-2026-2286")) + "\n", encoding="utf-8")
+    p.write_text(json.dumps(bad) + "\n" + json.dumps(record(osv.TORCH_PYPA)) + "\n", encoding="utf-8")
     db = OfflineDatabase.open(p)
-    assert [a.id for a in db.lookup([("torch", "2.7.0")], lambda _m: None).by_package["torch"]] == ["PYSEC-2026-2286"]
+    assert [a.id for a in db.lookup([("torch", "2.7.0")], lambda _m: None).by_package["torch"]] == [osv.TORCH_PYPA]
     with pytest.raises(AuditDatabaseError, match="'versions' must be a list of strings"):
         db.lookup([("urllib3", "1.26.20")], lambda _m: None)

@@ -4,10 +4,11 @@ A STAND-IN, and why: the OSV service (api.osv.dev) cannot run here, and this mac
 name does not resolve through this sandbox's proxy). The stand-in is a real HTTP server on localhost that
 speaks the service's batch API (https://google.github.io/osv.dev/api/: POST /v1/querybatch answering
 {"results": [{"vulns": [{"id", "modified"}], "next_page_token"?}]}, GET /v1/vulns/ID answering the record)
-and serves the REAL records of tests/audit/data/osv/. The ids it answers for a package
-version are those whose record enumerates that version (`affected[].versions`, the list the service
-itself matches PyPI versions by), plus GitHub's records by alias; they are not responses recorded from
-osv.dev. What is tested is our client: batching, pagination, retries, bounds, typed errors.
+and serves the synthetic records of tests/audit/osv_records.py (stand-ins written by our tests: real advisory
+records may not be committed here). The ids it answers for a package version are those whose record
+enumerates that version (`affected[].versions`, the list the service itself matches PyPI versions by), plus
+records without such a list by alias; they are not responses recorded from osv.dev. What is tested is our
+client: batching, pagination, retries, bounds, typed errors, withdrawn records dropped.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from audit import osv_records as osv
 
 from envbuilder.audit import database
 from envbuilder.audit.database import OfflineDatabase, OsvService
@@ -52,12 +54,13 @@ class Behaviour:
                 pkg = aff.get("package") or {}
                 if pkg.get("name") == name and version in (aff.get("versions") or []):
                     out.append(vid)
-        # GitHub's records carry no versions list in their repository form: answer them through the
-        # PyPA record of the same package that names them as an alias
+        # GitHub-style records carry no versions list: answer them through the record of the same package
+        # that lists the version and names them as an alias
         for vid, rec in self.records.items():
-            names = {(a.get("package") or {}).get("name") for a in rec.get("affected") or []}
-            if vid.startswith("GHSA-") and name in names and any(vid in self.records[o].get("aliases", [])
-                                                                  for o in out):
+            affected = rec.get("affected") or []
+            names = {(a.get("package") or {}).get("name") for a in affected}
+            listless = not any(a.get("versions") for a in affected)
+            if listless and name in names and any(vid in self.records[o].get("aliases", []) for o in out):
                 out.append(vid)
         return sorted({*out, *self.extra.get((name, version), [])})
 
@@ -112,16 +115,15 @@ def _handler(b: Behaviour) -> type[BaseHTTPRequestHandler]:
                 return
             rec = dict(b.records[vid])
             if b.wrong_id:
-                rec["id"] = "PYSEC-0000-0"
+                rec["id"] = "EBTEST-0000-0"
             self._send(200, rec)
 
     return Handler
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def records() -> dict[str, dict[str, Any]]:
-    return {p.stem: json.loads(p.read_text(encoding="utf-8"))
-            for p in sorted((Path(__file__).parent / "data" / "osv").glob("*.json"))}
+    return osv.records()
 
 
 @pytest.fixture
@@ -143,41 +145,44 @@ def _audit(url: str, **kw: Any) -> Any:
     return run_audit(AuditOptions(LOCK, src, Threshold.parse("low")))
 
 
-def _groups(report: Any, prefix: str = "PYSEC-") -> set[tuple[str, str, str, tuple[str, ...]]]:
-    out = set()
-    for f in report.findings:
-        pysec = sorted(n for n in f.names() if n.startswith(prefix))
-        if pysec:
-            out.add((f.package, f.version, pysec[0], f.fixed))
-    return out
+def _groups(report: Any) -> set[tuple[str, str, str, tuple[str, ...]]]:
+    """(package, version, the group's smallest synthetic id, fixed) of every finding."""
+    return {(f.package, f.version, min(n for n in f.names() if n.startswith("EBTEST-")), f.fixed)
+            for f in report.findings}
 
 
 def test_online_audit_of_a_committed_lock(standin: tuple[str, Behaviour], osv_db: Path) -> None:
     url, b = standin
     online = _audit(url)
     assert online.database == {"kind": "osv-service", "url": url}
-    urllib3 = [f for f in online.findings if f.package == "urllib3" and "CVE-2026-21441" in f.aliases]
-    assert len(urllib3) == 1
+    urllib3 = [f for f in online.findings if f.package == "urllib3" and "CVE-0000-0001" in f.aliases]
+    assert len(urllib3) == 1  # the GitHub-style and the PyPA-style record of one CVE: one finding
     f = urllib3[0]
-    assert (f.id, f.version, f.fixed, f.severity.level) == ("GHSA-38jv-5279-wg99", "1.26.20", ("2.6.3",), "high")
-    assert f.aliases == ("CVE-2026-21441", "PYSEC-2026-1996")
+    assert (f.id, f.version, f.fixed, f.severity.level, f.severity.score) == (
+        osv.URLLIB3_GH, osv.LOCKED["urllib3"], ("2.6.3",), "high", osv.V_HIGH_7_5[1])
+    assert f.aliases == ("CVE-0000-0001", osv.URLLIB3_PYPA)
     assert not online.problems
     # one batch for all 395 package versions, then one GET per advisory id
     assert sum(r.startswith("POST /v1/querybatch") for r in b.requests) == 1
     assert all(r.startswith("GET /v1/vulns/") for r in b.requests[1:])
+    # the withdrawn record lists the locked jinja2: the service names it, the client fetches it and drops it
+    assert f"GET /v1/vulns/{osv.JINJA2_WITHDRAWN}" in b.requests
+    assert "jinja2" not in {f.package for f in online.findings}
     # the service's answer (by versions lists) and the offline match (by ranges) agree on the same records
     offline = run_audit(AuditOptions(LOCK, OfflineDatabase.open(osv_db), Threshold.parse("low")))
     assert _groups(online) == _groups(offline)
-    assert len(_groups(online)) == 8  # 2 urllib3, 1 cryptography, 4 torch, 1 transformers
+    assert {(f.id, f.package, f.fixed) for f in online.findings} == {
+        (e.id, e.package, e.fixed) for e in osv.LOCK_FINDINGS}
 
 
 def test_an_answer_the_ranges_do_not_support_is_reported_with_a_problem(standin: tuple[str, Behaviour]) -> None:
     url, b = standin
-    b.extra[("torch", "2.7.0")] = ["GHSA-63cw-57p8-fm3p"]  # GitHub's record names "pytorch", not "torch"
+    # the GitHub-style record names "pytorch", not "torch": a service answering it for torch is not backed by it
+    b.extra[("torch", osv.LOCKED["torch"])] = [osv.PYTORCH_GH]
     report = _audit(url)
-    f = next(f for f in report.findings if f.id == "GHSA-63cw-57p8-fm3p")
-    assert f.package == "torch" and "PYSEC-2026-2286" in f.aliases  # merged with PyPA's record by alias
-    assert any("GHSA-63cw-57p8-fm3p" in p and "reported as the service says" in p for p in report.problems)
+    f = next(f for f in report.findings if osv.PYTORCH_GH in f.names())
+    assert f.package == "torch" and {osv.PYTORCH_GH, osv.TORCH_PYPA} <= f.names()  # merged with the torch record
+    assert any(osv.PYTORCH_GH in p and "reported as the service says" in p for p in report.problems)
 
 
 def test_pagination_is_followed(standin: tuple[str, Behaviour]) -> None:
@@ -186,7 +191,7 @@ def test_pagination_is_followed(standin: tuple[str, Behaviour]) -> None:
     paged = _audit(url)
     assert sum(r.startswith("POST") for r in b.requests) > 2
     b.page_size, b.requests = 1000, []
-    assert _groups(_audit(url)) == _groups(paged)
+    assert _groups(_audit(url)) == _groups(paged) and len(_groups(paged)) == len(osv.LOCK_FINDINGS)
 
 
 def test_retries_on_503_then_succeeds(standin: tuple[str, Behaviour]) -> None:
@@ -232,7 +237,7 @@ def test_bad_answers_are_typed_errors(standin: tuple[str, Behaviour], status: in
 def test_a_record_under_another_id_is_refused(standin: tuple[str, Behaviour]) -> None:
     url, b = standin
     b.wrong_id = True
-    with pytest.raises(AuditDatabaseError, match="answered with record PYSEC-0000-0"):
+    with pytest.raises(AuditDatabaseError, match="answered with record EBTEST-0000-0"):
         _audit(url)
 
 

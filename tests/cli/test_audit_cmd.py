@@ -1,5 +1,6 @@
-"""`envbuilder audit` as a user types it: a committed lock against the committed offline OSV database
-(real PyPA and GitHub advisories, tests/audit/data/README.md). This is the audit CI runs on every change."""
+"""`envbuilder audit` as a user types it: a committed lock against an offline OSV database of synthetic records
+written at test time (tests/audit/osv_records.py: the OSV service cannot be reached here, and real advisory
+records may not be committed). This is the audit CI runs on every change."""
 
 from __future__ import annotations
 
@@ -10,10 +11,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+from audit import osv_records as osv
+
 from envbuilder.audit import AuditReport
+from envbuilder.audit.severity import LEVELS, Severity, Threshold
 
 REPO = Path(__file__).resolve().parents[2]
-DB = REPO / "tests" / "audit" / "data" / "osv"
 # the v2.3.0 lock as committed before its security overrides (main at 1b77323: urllib3 1.26.20, cryptography
 # 42.0.8); locks/v2.3.0 now takes the fixed releases, tests/lock/test_lock_security.py
 LOCK = REPO / "tests" / "audit" / "data" / "lock-v2.3.0"
@@ -24,58 +28,74 @@ def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
                           cwd=REPO, env={**os.environ, **(env or {})}, check=False, timeout=300)
 
 
-def test_audit_of_v2_3_0_lists_real_advisories_and_fails_on_them() -> None:
-    got = _run(str(LOCK), "--db", str(DB))
+@pytest.fixture(scope="module")
+def db(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(osv.write_db(tmp_path_factory.mktemp("osv")))
+
+
+def _reaching(level: str) -> list[osv.Expected]:
+    """The expected findings a --fail-on LEVEL reaches."""
+    t = Threshold.parse(level)
+    return [e for e in osv.LOCK_FINDINGS if t.reached_by(Severity(e.level, e.score))]
+
+
+def test_audit_of_v2_3_0_lists_the_advisories_and_fails_on_them(db: str) -> None:
+    got = _run(str(LOCK), "--db", db)
     assert got.returncode == 98, got.stderr  # VulnerabilitiesFoundError: findings at or above --fail-on low
     lines = got.stdout.splitlines()
-    row = next(line for line in lines if "GHSA-38jv-5279-wg99" in line)  # urllib3, CVE-2026-21441
-    assert all(s in row for s in ("high 7.5", "urllib3", "1.26.20", "CVE-2026-21441", "PYSEC-2026-1996", "2.6.3"))
-    assert any("GHSA-r6ph-v2qm-q3c2" in line and "cryptography" in line and "46.0.5" in line for line in lines)
+    row = next(line for line in lines if osv.URLLIB3_GH in line)  # urllib3, CVE-0000-0001, both records merged
+    assert all(s in row for s in (f"high {osv.V_HIGH_7_5[1]}", "urllib3", osv.LOCKED["urllib3"], "CVE-0000-0001",
+                                  osv.URLLIB3_PYPA, "2.6.3"))
+    assert any(osv.CRYPTO_GH in line and "cryptography" in line and "46.0.5" in line for line in lines)
+    assert not any(osv.JINJA2_WITHDRAWN in line or osv.URLLIB3_TWO_INTERVALS in line for line in lines)
     assert "error: " in got.stderr and "--fail-on low" in got.stderr and "fix: " in got.stderr
-    assert "database: " in got.stderr and "13 records" in got.stderr
+    assert "database: " in got.stderr and f"{len(osv.IDS)} records" in got.stderr
 
 
-def test_json_report_is_deterministic_and_typed(tmp_path: Path) -> None:
-    a = _run(str(LOCK), "--db", str(DB), "--json", "--fail-on", "none", "-o", str(tmp_path / "audit.json"))
-    b = _run("--lock", str(LOCK), "--db", str(DB), "--json", "--fail-on", "none")
+def test_json_report_is_deterministic_and_typed(tmp_path: Path, db: str) -> None:
+    a = _run(str(LOCK), "--db", db, "--json", "--fail-on", "none", "-o", str(tmp_path / "audit.json"))
+    b = _run("--lock", str(LOCK), "--db", db, "--json", "--fail-on", "none")
     assert a.returncode == 0 and b.returncode == 0, a.stderr + b.stderr
     assert a.stdout == b.stdout == (tmp_path / "audit.json").read_text(encoding="utf-8")
     report = AuditReport.from_json(a.stdout)
     assert report.row == "v2.3.0" and report.packages == 395
     assert report.lock_sha256 == json.loads((LOCK / "envbuilder.lock.json").read_text())["lock_sha256"]
-    assert report.database["kind"] == "offline" and report.database["records"] == 13
-    assert [(f.package, f.id) for f in report.findings] == [  # most severe first, then by package
-        ("cryptography", "GHSA-r6ph-v2qm-q3c2"), ("torch", "PYSEC-2025-189"), ("torch", "PYSEC-2026-139"),
-        ("torch", "PYSEC-2026-2286"), ("transformers", "PYSEC-2026-2288"), ("urllib3", "GHSA-38jv-5279-wg99"),
-        ("torch", "PYSEC-2025-191"), ("urllib3", "PYSEC-2026-141")]
+    assert report.database["kind"] == "offline" and report.database["records"] == len(osv.IDS)
+    assert report.database["withdrawn"] == 1
+    # most severe first, then by package and id
+    expected = sorted(osv.LOCK_FINDINGS, key=lambda e: (-LEVELS.index(e.level), e.package, e.id))
+    assert [(f.package, f.id) for f in report.findings] == [(e.package, e.id) for e in expected]
     doc = json.loads(a.stdout)
-    assert doc["counts"] == {"critical": 0, "high": 6, "medium": 2, "low": 0, "none": 0, "unknown": 0}
+    assert doc["counts"] == {lvl: sum(e.level == lvl for e in osv.LOCK_FINDINGS) for lvl in (*LEVELS, "unknown")}
     assert doc["failing"] == 0
     first = doc["findings"][0]
     assert set(first) == {"id", "aliases", "package", "version", "fixed", "severity", "summary", "modified",
                           "ignored", "url"}
 
 
-def test_threshold_and_ignore() -> None:
-    assert _run(str(LOCK), "--db", str(DB), "--fail-on", "critical").returncode == 0  # nothing critical
-    assert _run(str(LOCK), "--db", str(DB), "--fail-on", "high").returncode == 98
-    doc = json.loads(_run(str(LOCK), "--db", str(DB), "--json", "--fail-on", "none").stdout)
-    high = [f["id"] for f in doc["findings"] if f["severity"]["level"] == "high"]
+def test_threshold_and_ignore(db: str) -> None:
+    critical = _run(str(LOCK), "--db", db, "--fail-on", "critical").returncode
+    assert critical == (98 if _reaching("critical") else 0)
+    assert _reaching("high") and _run(str(LOCK), "--db", db, "--fail-on", "high").returncode == 98
+    doc = json.loads(_run(str(LOCK), "--db", db, "--json", "--fail-on", "none").stdout)
+    high = [f["id"] for f in doc["findings"] if f["severity"]["level"] in ("high", "critical")]
+    assert sorted(high) == sorted(e.id for e in _reaching("high"))
     ignore = [a for i in high for a in ("--ignore", i)]
-    got = _run(str(LOCK), "--db", str(DB), "--fail-on", "high", *ignore, "--ignore", "CVE-1999-0001")
+    got = _run(str(LOCK), "--db", db, "--fail-on", "high", *ignore, "--ignore", "CVE-1999-0001")
     assert got.returncode == 0, got.stderr
     assert "(ignored)" in got.stdout and "CVE-1999-0001 matched no finding" in got.stderr
-    # an alias accepts its finding too: CVE-2026-21441 is GHSA-38jv-5279-wg99
-    doc = json.loads(_run(str(LOCK), "--db", str(DB), "--json", "--fail-on", "none", "--ignore",
-                          "CVE-2026-21441").stdout)
-    assert next(f for f in doc["findings"] if f["id"] == "GHSA-38jv-5279-wg99")["ignored"] is True
-    over_json = _run(str(LOCK), "--db", str(DB), "--json", "--fail-on", "8.0")  # PYSEC-2026-2286 is 8.8
-    assert over_json.returncode == 98 and json.loads(over_json.stdout)["failing"] > 0  # one JSON document
+    # an alias accepts its finding too: CVE-0000-0001 is the urllib3 finding shown as URLLIB3_GH
+    doc = json.loads(_run(str(LOCK), "--db", db, "--json", "--fail-on", "none", "--ignore", "CVE-0000-0001").stdout)
+    assert next(f for f in doc["findings"] if f["id"] == osv.URLLIB3_GH)["ignored"] is True
+    # a score: only findings of at least 8.0 (the torch and transformers records score 8.8) fail
+    over = _run(str(LOCK), "--db", db, "--json", "--fail-on", "8.0")
+    assert over.returncode == 98 and json.loads(over.stdout)["failing"] == len(_reaching("8.0"))  # one document
+    assert 0 < len(_reaching("8.0")) < len(_reaching("high"))
 
 
-def test_bad_input_is_refused_with_its_own_code(tmp_path: Path) -> None:
-    assert _run(str(LOCK), "--db", str(DB), "--fail-on", "nan").returncode == 18
-    assert _run(str(LOCK), "--db", str(DB), "--osv-url", "http://127.0.0.1:9").returncode == 18
+def test_bad_input_is_refused_with_its_own_code(tmp_path: Path, db: str) -> None:
+    assert _run(str(LOCK), "--db", db, "--fail-on", "nan").returncode == 18
+    assert _run(str(LOCK), "--db", db, "--osv-url", "http://127.0.0.1:9").returncode == 18
     assert _run(str(LOCK), "--osv-url", "file:///etc/passwd").returncode == 18
     bad_db = tmp_path / "db.jsonl"
     bad_db.write_text('{"id": 1}\n', encoding="utf-8")
@@ -86,7 +106,7 @@ def test_bad_input_is_refused_with_its_own_code(tmp_path: Path) -> None:
     shutil.copytree(LOCK, lock)
     with open(lock / "uv.lock", "a", encoding="utf-8") as fh:
         fh.write("\n")
-    got = _run(str(lock), "--db", str(DB))
+    got = _run(str(lock), "--db", db)
     assert got.returncode == 19 and "uv.lock" in got.stderr
 
 

@@ -18,6 +18,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from audit import osv_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker]
 
@@ -59,8 +60,9 @@ def test_local_nightly_path_on_cpu_with_the_smoke_row(smoke_lockdir: Path, smoke
               "--build-arg=--no-scan", "--export-arg=--compression", "--export-arg=none",
               "--sign", keys["private"], "--key", keys["public"], *lock_args,
               "--browser-check", "--json",
-              # the audit against the committed offline OSV database (the OSV service is not reachable here)
-              "--audit-db", str(REPO / "tests" / "audit" / "data" / "osv")]
+              # the audit against an offline OSV database of synthetic records (tests/audit/osv_records.py:
+              # the OSV service is not reachable here)
+              "--audit-db", str(osv_records.write_db(tmp_path / "osv"))]
     run = _envbuilder("nightly", "run", *common)
     assert run.returncode == 0, run.stderr[-6000:]
     summary = json.loads(run.stdout)
