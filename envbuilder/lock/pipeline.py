@@ -33,7 +33,7 @@ from envbuilder.progress import Progress
 from envbuilder.render.pyproject import render_pyproject
 from envbuilder.resolve.prebuilt import BUILD_COST
 from envbuilder.resolve.request import ResolveRequest
-from envbuilder.resolve.resolver import PYTHON_CANDIDATES, Resolution, resolve
+from envbuilder.resolve.resolver import PYTHON_CANDIDATES, Resolution, resolve, with_locked_stage2
 
 MAX_FIX_ROUNDS = 3
 
@@ -113,6 +113,12 @@ def _choose_target_python(res: Resolution, req: ResolveRequest, locked: list[Loc
         progress(f"warning: on Python {chosen} stage 1 compiles {', '.join(builds[chosen]['compiled'])} "
                  "from source: the build needs a compiler and may fail")
     return chosen, builds.get(chosen, {"compiled": [], "sdist_only": []})
+
+
+def _sdist_only_locked(uv_lock: Path) -> dict[str, str]:
+    """name -> version of the registry packages uv locked with an sdist and no wheel."""
+    return {p.name: p.version for p in read_uv_lock(uv_lock)
+            if p.from_registry and p.sdist is not None and not p.wheels and p.version}
 
 
 def tomllib_name(pyproject: Path) -> str:
@@ -296,7 +302,7 @@ def _lock_into(matrix: Matrix, req: ResolveRequest, opts: LockOptions, res: Reso
             text = render_pyproject(res, matrix, [c["constraint"] for c in constraints], local_rel, derived)
             write_atomic(staging / "pyproject.toml", text)
             timings["render"] = timings.get("render", 0.0) + time.monotonic() - t
-            progress("uv lock" + (f" (after {len(constraints)} platform fix(es))" if round_ else ""))
+            progress("uv lock" + (f" (again, after {len(constraints)} platform fix(es))" if round_ else ""))
             t = time.monotonic()
             run, interpreter = _uv_lock(staging, cutoff, opts, res.requires_python, interpreter, progress)
             uv_log = run.log
@@ -306,8 +312,16 @@ def _lock_into(matrix: Matrix, req: ResolveRequest, opts: LockOptions, res: Reso
             t = time.monotonic()
             new = _fix_platform(staging, res, opts.ca_bundle, progress)
             timings["platform_check"] = timings.get("platform_check", 0.0) + time.monotonic() - t
-            if not new:
+            # a torch-importing sdist the graph brings without a component pin moves to stage 2 (lock again)
+            staged = with_locked_stage2(matrix, res, _sdist_only_locked(staging / "uv.lock"))
+            if not new and staged is res:
                 break
+            for name in sorted(set(staged.pins) - set(res.pins)):
+                progress(f"{name} {staged.pins[name].version} is in the locked graph and builds only against "
+                         "torch: moving it to stage 2")
+            if staged is not res:
+                res = staged
+                derived = derive_uncovered(matrix, res, opts.ca_bundle, progress)
             constraints += new
         else:
             raise PlatformWheelError("platform fixes did not converge after "

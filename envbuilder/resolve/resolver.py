@@ -474,6 +474,32 @@ def _host_torch_facts(req: ResolveRequest, row: Release, warnings: list[str], pr
     return replace(req, python=ht.python, cuda=ht.cuda), row_torch
 
 
+def builds_only_in_stage2(matrix: Matrix, name: str) -> bool:
+    """A package matrices/build_packages.toml records as sdist-only with a build that imports torch:
+    stage 1 (no torch yet, build isolation) cannot build it."""
+    pkg = matrix.build_packages.get(name)
+    facts = [pkg.get("sdist_only"), pkg.get("imports_torch_at_build")] if pkg is not None else [None]
+    return all(f is not None and f.value is True for f in facts)
+
+
+def with_locked_stage2(matrix: Matrix, res: Resolution, locked: dict[str, str]) -> Resolution:
+    """`res` plus a stage-2 pin for each package of the locked graph (name -> locked version) that only
+    stage 2 can build and that no component pins.
+
+    Such a package is no row field: a component's dependency or upstream's pins bring it
+    (megatron-core 0.16 [dev] requires nv-grouped-gemm). Left in stage 1 it would be built there, before
+    torch exists; as a stage-2 pin it gets the compile extra, no build isolation and a dependency-metadata
+    record, and stage 1 skips it (stage1_deferred). The lock finds these after `uv lock` and locks again.
+    """
+    found = {name: Pin(name, version, 2, f"lock:uv.lock ({name}=={version} is in the locked graph; "
+                                         "matrices/build_packages.toml: sdist-only, imports torch at build)")
+             for name, version in sorted(locked.items())
+             if name not in res.pins and builds_only_in_stage2(matrix, name)}
+    if not found:
+        return res
+    return replace(res, pins=dict(sorted({**res.pins, **found}.items())))
+
+
 def resolve(matrix: Matrix, req: ResolveRequest) -> Resolution:
     """Row + request + host -> one consistent set of pins. Read top-down: the row's versions with the
     overrides, the platform (Python, CUDA, torch's index), the host (driver, GPU), the pins, the row's notes."""

@@ -179,3 +179,18 @@ def test_release_2606_locks_for_its_containers_glibc_by_default(tmp_path: Path) 
     bad = subprocess.run([sys.executable, "-m", "envbuilder", "lock", "--release", "26.06", "--no-detect",
                           "--glibc", "2.35", "-o", str(tmp_path / "old")], capture_output=True, text=True, timeout=1500)
     assert bad.returncode != 0 and "manylinux_2_39" in bad.stderr and not (tmp_path / "old" / "uv.lock").exists()
+
+
+def test_release_2602_moves_nv_grouped_gemm_from_the_graph_to_stage2(tmp_path: Path) -> None:
+    """26.02: megatron-core 0.16 [dev] brings nv-grouped-gemm, a torch-importing sdist no row field pins. The
+    first `uv lock` finds it, the lock moves it to stage 2 and locks again: the committed lock, byte for byte."""
+    out = tmp_path / "lk"
+    proc = subprocess.run([sys.executable, "-m", "envbuilder", "lock", "--release", "26.02", "--no-detect",
+                           "-o", str(out), "--json"], capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "nv-grouped-gemm 1.1.4.post8 is in the locked graph and builds only against torch" in proc.stderr
+    record = json.loads(proc.stdout)["record"]
+    assert "nv-grouped-gemm" in record["stage2_packages"] and "nv-grouped-gemm" in record["stage1_deferred"]
+    assert record["pins"]["nv-grouped-gemm"]["stage"] == 2
+    for name in FILES:
+        assert (out / name).read_bytes() == (REPO / "locks" / "26.02" / name).read_bytes(), name
