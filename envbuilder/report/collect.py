@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from envbuilder.certify.certificate import Certificate
@@ -26,6 +26,9 @@ class CertEntry:
     cert: Certificate
     sha256: str
     lock_name: str | None = None  # from the lock directory (report --locks) when the certificate names none
+    # the lock's sha256 prefix, set only where certificates of different locks share a row, GPUs and level
+    # (26.04 host-torch and 26.04 hermetic): each keeps its own page and says which lock it certifies
+    lock_tag: str | None = None
 
     @property
     def row(self) -> str:
@@ -44,12 +47,13 @@ class CertEntry:
     @property
     def label(self) -> str:
         gpus = f"{self.gpu_count} × {self.gpu_model}" if self.gpu_count else "CPU"
-        return f"{self.row} · L{self.cert.level} · {gpus}"
+        return f"{self.row} · L{self.cert.level} · {gpus}" + (f" · lock {self.lock_tag}" if self.lock_tag else "")
 
     @property
     def slug(self) -> str:
+        lock = f"-lock-{self.lock_tag}" if self.lock_tag else ""
         return re.sub(r"[^A-Za-z0-9._-]+", "-", f"{self.row}-L{self.cert.level}-{self.gpu_count}x-"
-                      f"{self.gpu_model}").strip("-").lower()
+                      f"{self.gpu_model}{lock}").strip("-").lower()
 
 
 _FIX = "pass certificate.json files written by `envbuilder certify -o DIR`"
@@ -81,7 +85,8 @@ def collect(paths: list[Path], lock_names: dict[str, str] | None = None) -> list
             found.setdefault(f.resolve(), _load(f, lock_names or {}))
     if not found:
         raise ReportInputError("no certificates given", "envbuilder report CERT_OR_DIR... -o site/")
-    entries = sorted(found.values(), key=lambda e: (e.label, str(e.path)))
+    entries = _tag_locks(list(found.values()))
+    entries.sort(key=lambda e: (e.label, str(e.path)))
     seen: dict[str, Path] = {}
     for e in entries:
         if e.slug in seen:
@@ -89,3 +94,13 @@ def collect(paths: list[Path], lock_names: dict[str, str] | None = None) -> list
                                    "report one night at a time; older nights belong in the history file")
         seen[e.slug] = e.path
     return entries
+
+
+def _tag_locks(entries: list[CertEntry]) -> list[CertEntry]:
+    """Certificates of one row, GPUs and level but of different locks are different results: each is tagged
+    with its lock. Two of the same lock stay one key (two nights of one thing: refused by collect)."""
+    locks: dict[str, set[str]] = {}
+    for e in entries:
+        locks.setdefault(e.slug, set()).add(e.cert.lock_sha256 or "")
+    return [replace(e, lock_tag=(e.cert.lock_sha256 or "none")[:12]) if len(locks[e.slug]) > 1 else e
+            for e in entries]

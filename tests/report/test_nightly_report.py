@@ -162,7 +162,8 @@ def test_dashboard_in_headless_chromium(tmp_path: Path) -> None:
     grid.feed(check.dom)  # the DOM Chromium built, not our HTML text
     assert [r["data-slug"] for r in grid.rows] == [r["slug"] for r in res.rows]
     assert all(r["data-status"] == "pass" for r in grid.rows)
-    h100 = str(grid.rows[0]["cells"])
+    # the 26.04 host-torch night (its lock 680ef5149b15; the hermetic night of 26.04 is tagged with its own lock)
+    h100 = str(next(r for r in grid.rows if r["data-slug"].endswith("-lock-680ef5149b15"))["cells"])
     assert "|overall=pass|" in h100 + "|" and "|kernel:flash-attn=not-installed" in h100
     assert "|pretrain:nemo-recipe=skipped" in h100 and "|nccl-allreduce-2gpu=not-run" in h100
     for r in res.rows:
@@ -257,3 +258,22 @@ def test_dashboard_shows_each_rows_audit_escaped(tmp_path: Path) -> None:
     plain = build_report(ReportOptions([audited], tmp_path / "plain"))
     assert "audit" not in plain.rows[0]
     assert "known vulnerabilities" not in (tmp_path / "plain" / "index.html").read_text()
+
+
+def test_two_locks_of_one_row_gpus_and_level_are_two_results_and_one_lock_twice_is_refused(tmp_path: Path) -> None:
+    """26.04 certified from its host-torch lock and from its hermetic lock on one H100 at level 1: two entries,
+    each tagged with its lock (label and page); the same lock's certificate twice is one night named twice."""
+    from envbuilder.errors import ReportInputError
+    from envbuilder.report.collect import collect
+
+    host_torch, hermetic = BENCH / "certify-26.04-h100-bundle", BENCH / "certify-26.04-hermetic-h100"
+    entries = collect([host_torch / "certificate.json", hermetic / "certificate.json"])
+    assert sorted(e.lock_tag or "" for e in entries) == ["532dffcfed88", "680ef5149b15"]
+    assert len({e.slug for e in entries}) == 2 and all(e.label.endswith(f" · lock {e.lock_tag}") for e in entries)
+    alone = collect([hermetic / "certificate.json"])
+    assert alone[0].lock_tag is None and "lock" not in alone[0].slug  # no other lock: the row's own page
+    copy = tmp_path / "again" / "certificate.json"
+    copy.parent.mkdir()
+    copy.write_bytes((hermetic / "certificate.json").read_bytes())
+    with pytest.raises(ReportInputError, match="same row on the same GPUs and level"):
+        collect([hermetic / "certificate.json", copy])
