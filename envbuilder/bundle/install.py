@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -105,17 +106,33 @@ def verify_tree(tree: Path, manifest_sha256: str | None = None, lock_sha256: str
     return manifest, record
 
 
-def _run(cmd: list[str], cwd: Path, env: dict[str, str], what: str) -> None:
+_BUILD_FAILED = re.compile(r"Failed to (?:download and )?build `([A-Za-z0-9._-]+)==([^`\s]+)`")
+
+
+def _run(cmd: list[str], cwd: Path, env: dict[str, str], what: str,
+         manifest: BundleManifest | None = None) -> None:
     proc = procs.run(cmd, cwd=cwd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
         head = next((ln for ln in lines if ln.startswith("error:")), lines[-1] if lines else f"exit {proc.returncode}")
         causes = [ln.strip() for ln in lines if ln.strip().startswith("cause:")]
         cause = head.removeprefix("error: ") + (f" ({causes[-1]})" if causes else "")
-        raise OfflineInstallError(f"{what} failed: {cause}",
-                                  "nothing was installed; a package the lock needs is missing from the bundle "
-                                  "(re-make it with envbuilder bundle) or the interpreter does not match the lock",
+        raise OfflineInstallError(f"{what} failed: {cause}", _install_fix(proc.stderr, manifest),
                                   log_tail=lines[-20:])
+
+
+def _install_fix(stderr: str, manifest: BundleManifest | None) -> str:
+    """The fix for a failed offline install; specific when the package that failed is one the bundle carries
+    unbuilt (its sdist), which offline needs its build requirements and a compiler on this host."""
+    m = _BUILD_FAILED.search(stderr)
+    unbuilt = manifest.source_only.get(f"{m.group(1)}=={m.group(2)}") if (m and manifest) else None
+    if m is None or unbuilt is None or manifest is None:
+        return ("nothing was installed; a package the lock needs is missing from the bundle (re-make it with "
+                "envbuilder bundle) or the interpreter does not match the lock")
+    return (f"nothing was installed; {m.group(1)} {m.group(2)} travels in this bundle as its sdist ({unbuilt}), and "
+            "building it here offline needs its build requirements and a compiler: make the bundle on a host whose "
+            f"glibc is at most the target's ({manifest.glibc or 'unknown'}), e.g. in a container of the target OS, "
+            "so it carries the compiled wheel")
 
 
 _SITE_PROBE = ("import json, site, sys; print(json.dumps({'venv': sys.prefix != sys.base_prefix, "
@@ -225,7 +242,7 @@ def run_install(opts: InstallOptions, progress: Progress = lambda _: None) -> In
             cmd = [uv_binary(), "pip", "install", "--offline", "--no-index", "--find-links", str(tree / "files"),
                    "--no-deps", "--require-hashes", "--python", str(staging / "v" / "bin" / "python"),
                    "-r", str(req_file)]
-            _run(cmd, tree / "lock", env, "uv pip install (offline)")
+            _run(cmd, tree / "lock", env, "uv pip install (offline)", manifest)
             if from_cache and opts.cache is not None:
                 t2 = time.monotonic()
                 built = stage2_from_cache(opts.cache, tree / "lock", tree / "files", staging / "v" / "bin" / "python",

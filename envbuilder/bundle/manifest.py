@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +63,9 @@ class BundleManifest:
     prebuilt: list[PrebuiltWheel]
     files: dict[str, tuple[str, int]]   # relative path -> (sha256, size)
     data: dict[str, Any]
+    # stage-1 sdists that travel unbuilt ("NAME==VERSION" -> why no wheel was made): offline they are built
+    # on the target, which needs their build requirements and a compiler
+    source_only: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_bytes(cls, raw: bytes, where: str) -> BundleManifest:
@@ -96,12 +99,13 @@ class BundleManifest:
                 doc.fail(f"stage2_packages[{i}]", f"{printable(name)!r} is not a package name")
         host = doc.obj("host_torch", default=None)
         doc.obj("wheelhouse", default=None)
-        doc.obj("source_only", default=None)
+        source_only = doc.obj("source_only", default=None)
+        reasons = {} if source_only is None else {k: source_only.string(k, max_len=1000) for k in source_only.data}
         return cls(sha256=hashlib.sha256(raw).hexdigest(), lock_sha256=doc.sha256("lock_sha256"),
                    row=doc.string("row", default=None, plain=True), mode=doc.string("mode", default=None, max_len=40),
                    python=python, glibc=doc.string("glibc", default=None, max_len=20), stage2_packages=stage2,
                    host_torch=None if host is None else dict(host.data), packages=packages, prebuilt=prebuilt,
-                   files=files, data=doc.data)
+                   files=files, data=doc.data, source_only=reasons)
 
     def check_references(self, where: str) -> None:
         """Every file a package or prebuilt wheel names is one the manifest lists (and so hash-checks)."""
