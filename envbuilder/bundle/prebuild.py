@@ -4,10 +4,12 @@ A NeMo row installs a dozen packages that PyPI has only as sdists (antlr4-python
 rouge-score, ...). Offline, each would be built in an isolated environment whose build backend
 (setuptools, hatchling, ...) the bundle would have to carry too. So the bundle builds them here with
 `uv build --wheel` (isolated, online) for the target Python and carries the wheel, recording which
-sdist (by sha256) it came from. A `py3-none-any` result is always kept. A compiled one needs this machine's
-glibc or newer, so it is kept only when the target's glibc is at least this machine's (megatron-core 0.12 has no
+sdist (by sha256) it came from. A `py3-none-any` result is always kept. A compiled one is kept when the
+target's glibc has every glibc symbol version its shared objects need (bundle/glibc.py reads them from the ELF
+tables: pesq 0.0.4 built on glibc 2.36 needs 2.14), or, where that cannot be told (one needs a versioned C++
+runtime, as texterrors does), when the target's glibc is at least this machine's (megatron-core 0.12 has no
 cp312 wheel, pesq and texterrors none at all: offline each would need a compiler, Python headers and its build
-backend on the target); otherwise the sdist travels and the bundle says so.
+requirements on the target); otherwise the sdist travels and the bundle says so.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from packaging.utils import parse_wheel_filename
 
 from envbuilder import procs
 from envbuilder.atomic import run_tempdir
+from envbuilder.bundle.glibc import wheel_glibc_need
 from envbuilder.errors import WheelStubError
 from envbuilder.lock.interpreter import interpreter_for
 from envbuilder.lock.record import sha256_file
@@ -118,9 +121,17 @@ def prebuild(package: str, version: str, sdist: Path, sdist_sha256: str, python:
         tags = parse_wheel_filename(wheels[0].name)[3]
         pure = all(t.abi == "none" and t.platform == "any" for t in tags)
         if not pure and not runs_on(target_glibc):
-            here = ".".join(map(str, host_glibc() or ())) or "unknown"
-            return (f"compiled ({wheels[0].name}): built here it needs glibc {here}, newer than the target's "
-                    f"{target_glibc or 'unknown'}")
+            # built against this machine's glibc, but it needs only the symbol versions it uses
+            need = wheel_glibc_need(wheels[0])
+            if need is None or not target_glibc or need > tuple(int(x) for x in target_glibc.split(".")):
+                if need is None:  # unreadable, or a C++ runtime the target's glibc says nothing about
+                    shown = ".".join(map(str, host_glibc() or ())) or "unknown"
+                    return (f"compiled ({wheels[0].name}): built here it needs glibc {shown} (or a C++ runtime "
+                            f"as new as this machine's), newer than the target's {target_glibc or 'unknown'}")
+                return (f"compiled ({wheels[0].name}): it needs glibc {'.'.join(map(str, need))}, newer than the "
+                        f"target's {target_glibc or 'unknown'}")
+            needs = f"glibc {'.'.join(map(str, need))}" if need else "no versioned glibc symbol"
+            progress(f"  {wheels[0].name} is compiled; it needs {needs}, which the target's glibc {target_glibc} has")
         out.mkdir(parents=True, exist_ok=True)
         dest = out / wheels[0].name
         dest.write_bytes(wheels[0].read_bytes())

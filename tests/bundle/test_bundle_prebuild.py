@@ -1,5 +1,7 @@
 """A compiled stage-1 sdist (megatron-core 0.12 on Python 3.12, pesq, texterrors) travels as a wheel built here
-only when the target's glibc is at least this machine's; otherwise as its sdist, and the bundle says why."""
+when the target's glibc has every glibc symbol version the wheel needs (read from its ELF tables: pesq 0.0.4
+built on glibc 2.36 needs 2.14), or, where that cannot be told (a C++ runtime), when the target's glibc is at
+least this machine's; otherwise as its sdist, and the bundle says why."""
 
 from __future__ import annotations
 
@@ -28,9 +30,10 @@ def _c_sdist(tmp: Path) -> Path:
     (src / "setup.py").write_text(
         "from setuptools import setup, Extension\n"
         "setup(name='cext', version='1.0', ext_modules=[Extension('cext', ['cext.c'])])\n")
-    (src / "cext.c").write_text(
-        "#include <Python.h>\nstatic struct PyModuleDef m = {PyModuleDef_HEAD_INIT, \"cext\", 0, -1, 0};\n"
-        "PyMODINIT_FUNC PyInit_cext(void) { return PyModule_Create(&m); }\n")
+    (src / "cext.c").write_text(  # getrandom() is versioned GLIBC_2.25: the wheel needs glibc 2.25
+        "#include <Python.h>\n#include <sys/random.h>\n"
+        "static struct PyModuleDef m = {PyModuleDef_HEAD_INIT, \"cext\", 0, -1, 0};\n"
+        "PyMODINIT_FUNC PyInit_cext(void) { char b[1]; getrandom(b, 1, 0); return PyModule_Create(&m); }\n")
     (src / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: cext\nVersion: 1.0\n")
     sdist = tmp / "cext-1.0.tar.gz"
     with tarfile.open(sdist, "w:gz") as tar:
@@ -44,10 +47,13 @@ def test_a_compiled_wheel_is_carried_only_to_a_target_with_a_new_enough_glibc(tm
     here = host_glibc()
     assert here is not None
     sdist = _c_sdist(tmp_path)
-    older = f"{here[0]}.{here[1] - 1}"
-    refused = prebuild("cext", "1.0", sdist, "0" * 64, PY, tmp_path / "a", None, lambda _: None, older)
-    assert isinstance(refused, str) and "newer than the target's" in refused and older in refused
-    kept = prebuild("cext", "1.0", sdist, "0" * 64, PY, tmp_path / "b", None, lambda _: None,
+    refused = prebuild("cext", "1.0", sdist, "0" * 64, PY, tmp_path / "a", None, lambda _: None, "2.24")
+    assert isinstance(refused, str) and "needs glibc 2.25, newer than the target's 2.24" in refused
+    assert not (tmp_path / "a").exists()
+    older = f"{here[0]}.{here[1] - 1}"  # older than this machine's, new enough for the wheel
+    kept_older = prebuild("cext", "1.0", sdist, "0" * 64, PY, tmp_path / "b", None, lambda _: None, older)
+    assert isinstance(kept_older, Prebuilt), kept_older
+    kept = prebuild("cext", "1.0", sdist, "0" * 64, PY, tmp_path / "c", None, lambda _: None,
                     f"{here[0]}.{here[1] + 3}")
     assert isinstance(kept, Prebuilt), kept
     assert kept.wheel.name.endswith("linux_x86_64.whl") and kept.wheel.is_file()
