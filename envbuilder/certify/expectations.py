@@ -20,15 +20,16 @@ from envbuilder.lock.record import RECORD_NAME, LockRecord
 from envbuilder.matrix import load_matrix
 
 
-def locked_packages(lockdir: Path, python: str) -> dict[str, str]:
+def locked_packages(lockdir: Path, python: str, full_version: str | None = None) -> dict[str, str]:
     """{normalized name: version} of every package the lock installs on the target (lock.installset), the
-    versions as uv.lock pins them; the lock's own project and editable sources are not installed packages."""
+    versions as uv.lock pins them; the lock's own project and editable sources are not installed packages.
+    `full_version`: the certified interpreter's (3.11.7), for the markers on python_full_version."""
     from envbuilder.lock.installset import installed_packages
     from envbuilder.lock.uvlock import read_uv_lock
 
     pkgs = {normalize(p.name): p.version for p in read_uv_lock(lockdir / "uv.lock")
             if p.version and not ({"virtual", "editable"} & set(p.source))}
-    names = {normalize(r.name) for r in installed_packages(lockdir, python)}
+    names = {normalize(r.name) for r in installed_packages(lockdir, python, full_version=full_version)}
     return {n: v for n, v in pkgs.items() if n in names}
 
 
@@ -96,12 +97,14 @@ def unimportable_modules(matrices: Path, packages: dict[str, str], python: str) 
 
 
 def expectations_from_lock(lock: LockBinding, *, matrices: Path, artifact: Artifact,
-                           python: str | None = None) -> Expectations:
-    """What the environment is checked against, from a lock already opened and verified (read_lock)."""
+                           python: str | None = None, python_full: str | None = None) -> Expectations:
+    """What the environment is checked against, from a lock already opened and verified (read_lock).
+    python_full: the certified interpreter's full version when known (a venv's, this host's)."""
     record = lock.record
     target = record.target if record else None
     py = python or (target.python if target else "") or f"{sys.version_info[0]}.{sys.version_info[1]}"
-    packages = locked_packages(lock.path, py)
+    same_minor = python_full is not None and python_full.split(".")[:2] == py.split(".")[:2]
+    packages = locked_packages(lock.path, py, python_full if same_minor else None)
     torch_v = packages.get("torch") or (target.torch if target else None)
     nemo, mbridge = framework_flags(packages)
     # what the lock asked for (--arch-list, else the default for its CUDA and host); a lock without CUDA asks none

@@ -9,19 +9,22 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from envbuilder import procs
 from envbuilder.atomic import run_tempdir
 from envbuilder.canonical import sha256_file
 from envbuilder.certify.certificate import Artifact, Certificate, SbomRef
 from envbuilder.certify.expect import Expectations, load_expectations
 from envbuilder.certify.expectations import expectations_from_lock, expectations_without_lock, read_lock
-from envbuilder.certify.runner import Target, run_certify
+from envbuilder.certify.runner import InPlaceTarget, Target, VenvTarget, run_certify
 from envbuilder.errors import (
     CertificationFailedError,
     CertifyEnvironmentError,
@@ -198,7 +201,21 @@ def _expectations(t: Target, lock: Path | None, expect: Path | None, artifact: A
         if inside is None:
             return expectations_without_lock(matrices=matrices_dir(), artifact=artifact)
         binding = read_lock(inside, strict=False)
-    return expectations_from_lock(binding, matrices=matrices_dir(), artifact=artifact)
+    return expectations_from_lock(binding, matrices=matrices_dir(), artifact=artifact, python_full=_python_full(t))
+
+
+def _python_full(t: Target) -> str | None:
+    """The full version of the interpreter a host target runs the checks with (3.11.7), None for a container or
+    when it does not answer: the lock's markers on python_full_version are then decided for MAJOR.MINOR.0."""
+    if not isinstance(t, (InPlaceTarget, VenvTarget)):
+        return None
+    try:
+        out = procs.run([t.python(), "-c", "import platform; print(platform.python_version())"],
+                        capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    version = out.stdout.strip()
+    return version if out.returncode == 0 and re.fullmatch(r"\d+\.\d+\.\d+", version) else None
 
 
 def _inner_args(opts: CertifyOptions, exp_path: str) -> list[str]:

@@ -79,11 +79,11 @@ def parse_requirements(text: str) -> list[Requirement]:
     return out
 
 
-def applies(marker: str, python: str) -> bool:
+def applies(marker: str, python: str, full_version: str | None = None) -> bool:
     if not marker:
         return True
     try:
-        return bool(Marker(marker).evaluate(marker_env(python)))
+        return bool(Marker(marker).evaluate(marker_env(python, full_version)))
     except InvalidMarker:
         return True
 
@@ -98,9 +98,11 @@ def declares_stage2(lockdir: Path) -> bool:
     return isinstance(extras, dict) and STAGE2_EXTRA in extras
 
 
-def installed_packages(lockdir: Path, python: str, stage2: bool | None = None) -> list[Requirement]:
+def installed_packages(lockdir: Path, python: str, stage2: bool | None = None,
+                       full_version: str | None = None) -> list[Requirement]:
     """Every package the lock installs on CPython `python`, Linux x86_64: stage 1 and, with `stage2` (default:
-    when the lock declares it), the compile extra."""
+    when the lock declares it), the compile extra. `full_version` (3.11.7) decides the markers on
+    python_full_version as the interpreter will (`python_full_version <= '3.11'` holds for 3.11.0, not 3.11.7)."""
     with_stage2 = declares_stage2(lockdir) if stage2 is None else stage2
     text = export_requirements(Path(lockdir), [STAGE2_EXTRA] if with_stage2 else [])
-    return [r for r in parse_requirements(text) if applies(r.marker, python)]
+    return [r for r in parse_requirements(text) if applies(r.marker, python, full_version)]

@@ -168,9 +168,10 @@ def _edges(deps: list[dict[str, Any]]) -> tuple[Edge, ...]:
     return tuple(sorted(out))
 
 
-def marker_env(python: str) -> dict[str, str]:
-    """The environment markers of the target: CPython `python` on Linux x86_64."""
-    return {"python_version": python, "python_full_version": f"{python}.0", "sys_platform": "linux",
+def marker_env(python: str, full_version: str | None = None) -> dict[str, str]:
+    """The environment markers of the target: CPython `python` (MAJOR.MINOR) on Linux x86_64; its
+    python_full_version is `full_version` when the interpreter is known (3.11.7), else MAJOR.MINOR.0."""
+    return {"python_version": python, "python_full_version": full_version or f"{python}.0", "sys_platform": "linux",
             "platform_machine": "x86_64", "platform_system": "Linux", "os_name": "posix",
             "implementation_name": "cpython", "platform_python_implementation": "CPython",
             "extra": ""}
