@@ -5,6 +5,7 @@
 # is made from its bare interpreter, every file from the bundle, verified by sha256.
 #
 # On the host (network):  envbuilder bundle --lock locks/26.04 -o B --split 60M   (parts carried one per call)
+# Another row: LOCK=locks/ROW, and HOST_PYTHON=an interpreter of the lock's Python (v2.3.0 needs 3.11: carried).
 # On the device (no network), one step per call, from the repository root:
 #   bash bench/gpu_hermetic.sh kit       envbuilder's own dependencies offline; a team signing key; then the
 #                                        team's kernel build in the background (setsid): `wheels --publish --sign`
@@ -20,6 +21,7 @@ STEP=${1:?step}
 G=$HOME/eb
 OUT=${OUT:-/tmp/ebout}
 PY=${HOST_PYTHON:-/opt/torch/.venv/bin/python3}
+LOCK=${LOCK:-locks/26.04}  # the lock the bundle was made from (its stage-2 sdists travel in .devcarry/sdists)
 mkdir -p "$G"/{bundle,logs,site} "$OUT"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=disabled
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -41,7 +43,7 @@ kit)
   echo "kit installed in $(since "$t0") s"; eb --version
   eb keygen -o "$G/keys" --name team --json > "$OUT/keygen.json" && cat "$OUT/keygen.json"
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-  rm -rf "$G/lock" "$G/sdists" && cp -r locks/26.04 "$G/lock" && cp -r .devcarry/sdists "$G/sdists"
+  rm -rf "$G/lock" "$G/sdists" && cp -r "$LOCK" "$G/lock" && cp -r .devcarry/sdists "$G/sdists"
   rm -f "$G/logs/wheels.rc"
   setsid nohup bash -c "cd '$G' && PYTHONPATH='$G/src:$G/site' '$PY' -m envbuilder wheels \
       --lock '$G/lock' -o '$G/wh' --torch-from host --interpreter '$PY' --sdists '$G/sdists' \
