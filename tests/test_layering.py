@@ -36,7 +36,7 @@ LAYERS: dict[str, float] = {
     # base: imported by all, importing only the base
     "__init__": 0, "errors": 0, "atomic": 0, "console": 0, "paths": 0, "troubleshoot": 0, "canonical": 0,
     "choices": 0, "procs": 0, "uvbin": 0, "templating": 0, "toml_cache": 0, "jsonread": 0, "safetext": 0, "progress": 0,
-    "archlist": 0,
+    "archlist": 0, "elf": 0,
     "dsse": 0, "tls": 0,
 }
 # certify's host-side helpers; every other certify module runs inside the environment

@@ -12,10 +12,13 @@ carried only to a target whose glibc is at least this machine's).
 
 from __future__ import annotations
 
+import io
 import re
 import struct
 import zipfile
 from pathlib import Path
+
+from envbuilder.elf import read_sections
 
 _SHT_GNU_VERNEED = 0x6FFFFFFE
 _GLIBC = re.compile(rb"GLIBC_(\d+)\.(\d+)(?:\.(\d+))?\Z")
@@ -26,21 +29,17 @@ _MAX_SO = 1 << 30  # a shared object larger than this is not read (none of the s
 def elf_glibc_need(data: bytes) -> tuple[int, ...] | None:
     """The newest GLIBC_x.y a little-endian ELF64 object needs; () when it needs none; None when the bytes
     are not such an ELF object, its tables do not hold together, or it needs a versioned C++ runtime."""
-    if len(data) < 64 or data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
-        return None
     try:
-        shoff, = struct.unpack_from("<Q", data, 0x28)
-        shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
-        if not shoff or shentsize < 64:
+        sections = read_sections(io.BytesIO(data))
+        if sections is None:
             return None
-        sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
         need: tuple[int, ...] = ()
-        for (_name, sh_type, _f, _a, offset, _size, link, info, _al, _es) in sections:
-            if sh_type != _SHT_GNU_VERNEED:
+        for sec in sections:
+            if sec.type != _SHT_GNU_VERNEED:
                 continue
-            strtab = sections[link][4]
-            entry = offset
-            for _ in range(info):  # sh_info: the number of Verneed entries
+            strtab = sections[sec.link].offset
+            entry = sec.offset
+            for _ in range(sec.info):  # the number of Verneed entries
                 _ver, cnt, _file, aux, nxt = struct.unpack_from("<HHIII", data, entry)
                 a = entry + aux
                 for _ in range(cnt):

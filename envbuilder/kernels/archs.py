@@ -84,31 +84,13 @@ FATBIN_SECTIONS = frozenset({b".nv_fatbin", b"__nv_relfatbin"})
 
 
 def elf_has_fatbin(path: Path) -> bool:
-    """Whether a 64-bit ELF file has a fat-binary section: read from its section headers (the ELF format is
-    documented; no CUDA tool needed), so a wheel built without device code is checked on any host."""
-    import struct
+    """Whether a 64-bit ELF file has a fat-binary section: read from its section headers (envbuilder/elf.py;
+    no CUDA tool needed), so a wheel built without device code is checked on any host."""
+    from envbuilder.elf import read_sections
 
     with open(path, "rb") as fh:
-        head = fh.read(64)
-        if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
-            return False  # not a little-endian ELF64: no CUDA fat binary envbuilder builds
-        shoff, = struct.unpack_from("<Q", head, 0x28)
-        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", head, 0x3A)
-        if not shoff or shentsize < 64 or not 0 < shnum < 65536 or shstrndx >= shnum:
-            return False
-        fh.seek(shoff)
-        table = fh.read(shentsize * shnum)
-        if len(table) < shentsize * shnum:
-            return False
-        str_off, str_size = struct.unpack_from("<QQ", table, shstrndx * shentsize + 0x18)
-        fh.seek(str_off)
-        names = fh.read(min(str_size, 1 << 20))
-        for i in range(shnum):
-            name_off, = struct.unpack_from("<I", table, i * shentsize)
-            end = names.find(b"\0", name_off)
-            if names[name_off:end if end >= 0 else None] in FATBIN_SECTIONS:
-                return True
-    return False
+        sections = read_sections(fh)
+    return sections is not None and any(s.name in FATBIN_SECTIONS for s in sections)
 
 
 def _family(arch: str) -> str:
