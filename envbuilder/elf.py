@@ -30,7 +30,7 @@ def read_sections(fh: BinaryIO) -> list[Section] | None:
         return None
     shoff, = struct.unpack_from("<Q", head, 0x28)
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", head, 0x3A)
-    if not shoff or shentsize < 64 or not 0 < shnum < 65536 or shstrndx >= shnum:
+    if not shoff or shentsize != 64 or not 0 < shnum < 65536 or shstrndx >= shnum:  # ELF64 headers are 64 bytes
         return None
     fh.seek(shoff)
     table = fh.read(shentsize * shnum)

@@ -559,9 +559,10 @@ def _replace_stubs(ctx: _Ctx, overrides: list[OverrideDependency], stubs: Sequen
     the real wheel at build time, online and unhashed (matrices/pypi_stubs.toml)."""
     by_pin = {(canonicalize_name(s.package), s.version): s for s in stubs}
     wanted: dict[str, PypiStub] = {}
+    installed = _closure(ctx)
     for pin in ctx.pins.values():
         stub = by_pin.get((canonicalize_name(pin.name), pin.version))
-        if stub is not None and canonicalize_name(pin.name) in _closure(ctx):
+        if stub is not None and canonicalize_name(pin.name) in installed:
             wanted[canonicalize_name(pin.name)] = stub
     for o in overrides:
         m = re.fullmatch(r"\s*([A-Za-z0-9._-]+)\s*==\s*([^\s;,]+)\s*", o.requirement.split(";")[0])
